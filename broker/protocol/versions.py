@@ -1,0 +1,156 @@
+"""The API versions Gregor speaks: the one place that says so.
+
+`SUPPORTED` is what the broker can serve once a handler exists for the API; what it advertises
+in ApiVersions is this table restricted to the APIs with a handler (`advertised`), so clients
+never see a promise the broker cannot keep.
+
+Why these ranges (see the protocol brief under shared/reference):
+- the floors match Kafka 4's (KIP-896) so Java 4 clients negotiate normally, except where an
+  older client in the field still needs a lower version: librdkafka before 2.11.1 checks for
+  exact versions such as Produce v2, JoinGroup v0 and ListOffsets v1;
+- Produce is advertised from v0 for that reason but v0–v2 (message format v0/v1) are refused by
+  closing the connection, as Kafka 4 does (KAFKA-18659);
+- Fetch and Produce stop at v12/v9 so topic IDs (KIP-516) stay out of the data path.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+__all__ = [
+    "REFUSED",
+    "SUPPORTED",
+    "ApiKey",
+    "VersionRange",
+    "advertised",
+    "is_decodable",
+    "is_supported",
+]
+
+
+class ApiKey(enum.IntEnum):
+    """Kafka's API keys, named as in Kafka's `ApiKeys` enum."""
+
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
+    INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    DESCRIBE_LOG_DIRS = 35
+    SASL_AUTHENTICATE = 36
+    CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
+    INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
+    OFFSET_DELETE = 47
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
+    VOTE = 52
+    BEGIN_QUORUM_EPOCH = 53
+    END_QUORUM_EPOCH = 54
+    DESCRIBE_QUORUM = 55
+    ALTER_PARTITION = 56
+    FETCH_SNAPSHOT = 59
+    DESCRIBE_CLUSTER = 60
+    BROKER_REGISTRATION = 62
+    BROKER_HEARTBEAT = 63
+
+
+@dataclass(frozen=True, slots=True)
+class VersionRange:
+    min: int
+    max: int
+
+    def __contains__(self, version: object) -> bool:
+        return isinstance(version, int) and self.min <= version <= self.max
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.min, self.max + 1))
+
+
+def _table(entries: Mapping[ApiKey, tuple[int, int]]) -> Mapping[ApiKey, VersionRange]:
+    return MappingProxyType({key: VersionRange(lo, hi) for key, (lo, hi) in entries.items()})
+
+
+SUPPORTED: Mapping[ApiKey, VersionRange] = _table(
+    {
+        ApiKey.PRODUCE: (0, 9),
+        ApiKey.FETCH: (4, 12),
+        ApiKey.LIST_OFFSETS: (1, 7),
+        ApiKey.METADATA: (0, 12),
+        ApiKey.OFFSET_COMMIT: (2, 8),
+        ApiKey.OFFSET_FETCH: (1, 8),
+        ApiKey.FIND_COORDINATOR: (0, 4),
+        ApiKey.JOIN_GROUP: (0, 9),
+        ApiKey.HEARTBEAT: (0, 4),
+        ApiKey.LEAVE_GROUP: (0, 5),
+        ApiKey.SYNC_GROUP: (0, 5),
+        ApiKey.DESCRIBE_GROUPS: (0, 5),
+        ApiKey.LIST_GROUPS: (0, 5),
+        ApiKey.SASL_HANDSHAKE: (0, 1),
+        ApiKey.API_VERSIONS: (0, 4),
+        ApiKey.CREATE_TOPICS: (2, 7),
+        ApiKey.DELETE_TOPICS: (1, 6),
+        ApiKey.DELETE_RECORDS: (0, 2),
+        ApiKey.INIT_PRODUCER_ID: (0, 4),
+        ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
+        ApiKey.DESCRIBE_CONFIGS: (1, 4),
+        ApiKey.ALTER_CONFIGS: (0, 2),
+        ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
+        ApiKey.SASL_AUTHENTICATE: (0, 2),
+        ApiKey.CREATE_PARTITIONS: (0, 3),
+        ApiKey.DELETE_GROUPS: (0, 2),
+        ApiKey.ELECT_LEADERS: (0, 2),
+        ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+        ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
+        ApiKey.OFFSET_DELETE: (0, 0),
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+        ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    }
+)
+"""Client-facing APIs and the versions the broker will serve."""
+
+REFUSED: Mapping[ApiKey, VersionRange] = _table({ApiKey.PRODUCE: (0, 2)})
+"""Advertised for old clients' exact-version checks, but answered by closing the connection."""
+
+
+def is_supported(api_key: int, api_version: int) -> bool:
+    """Whether the version is in the table (advertised once a handler exists)."""
+    versions = SUPPORTED.get(api_key)  # type: ignore[call-overload]
+    return versions is not None and api_version in versions
+
+
+def is_decodable(api_key: int, api_version: int) -> bool:
+    """Whether requests at this version are decoded and served rather than refused."""
+    refused = REFUSED.get(api_key)  # type: ignore[call-overload]
+    return is_supported(api_key, api_version) and not (refused and api_version in refused)
+
+
+def advertised(handled: Iterable[int]) -> dict[ApiKey, VersionRange]:
+    """The ApiVersions entries for a broker whose handlers serve `handled` API keys."""
+    keys = set(handled)
+    return {key: versions for key, versions in SUPPORTED.items() if key in keys}
