@@ -24,6 +24,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16
 from kio.static.protocol import RequestPayload, ResponsePayload
 
+from .bounds import check_bounds
 from .errors import EncodingError, ErrorCode, MalformedInput, UnsupportedVersion
 from .framing import encode_frame
 from .headers import (
@@ -113,23 +114,37 @@ def response_header_version(api_key: int, api_version: int) -> int:
     return 1 if response_type(api_key, api_version).__flexible__ else 0
 
 
-@functools.cache
+_readers: dict[type[Any], _Reader] = {}
+_writers: dict[type[Any], _Writer] = {}
+
+
 def _reader(entity: type[Any]) -> _Reader:
-    return cast(_Reader, entity_reader(entity))
+    reader = _readers.get(entity)
+    if reader is None:
+        reader = _readers[entity] = cast(_Reader, entity_reader(entity))
+    return reader
 
 
-@functools.cache
 def _writer(entity: type[Any]) -> _Writer:
-    return cast(_Writer, entity_writer(entity))
+    writer = _writers.get(entity)
+    if writer is None:
+        writer = _writers[entity] = cast(_Writer, entity_writer(entity))
+    return writer
 
 
-def _decode(entity: type[Any], data: Buffer, position: int, where: str) -> Any:
+def _decode(entity: type[Any], data: Buffer, position: int, where: Callable[[], str]) -> Any:
+    """Decode a body; `where` describes it, built only when there is an error to report."""
     try:
+        # kio sizes arrays from their length fields before reading them; refuse lengths that
+        # the frame cannot hold first, or one hostile request could abort the process.
+        check_bounds(entity, data, position)  # type: ignore[arg-type]
         body, _size = _reader(entity)(data, position)
     except MemoryError:
         raise
+    except MalformedInput as exc:
+        raise MalformedInput(exc.what, where=where()) from None
     except Exception as exc:  # kio's native reader raises several types; all mean bad bytes.
-        raise MalformedInput(f"{type(exc).__name__}: {exc}", where=where) from exc
+        raise MalformedInput(f"{type(exc).__name__}: {exc}", where=where()) from exc
     # Like Kafka, bytes after the body are ignored: no client sends them, and refusing them
     # would protect nothing.
     return body
@@ -148,13 +163,13 @@ def _encode(body: Any) -> bytes:
 
 def decode_request_body(api_key: int, api_version: int, data: Buffer) -> RequestBody:
     """Decode a request body alone (no header), e.g. one carried inside an Envelope."""
-    where = f"{_api_name(api_key)} v{api_version} request body"
-    return cast(RequestBody, _decode(request_type(api_key, api_version), data, 0, where))
+    entity = request_type(api_key, api_version)
+    return cast(RequestBody, _decode(entity, data, 0, lambda: f"{entity.__name__} body"))
 
 
 def decode_response_body(api_key: int, api_version: int, data: Buffer) -> ResponseBody:
-    where = f"{_api_name(api_key)} v{api_version} response body"
-    return cast(ResponseBody, _decode(response_type(api_key, api_version), data, 0, where))
+    entity = response_type(api_key, api_version)
+    return cast(ResponseBody, _decode(entity, data, 0, lambda: f"{entity.__name__} body"))
 
 
 def encode_request_body(body: RequestBody) -> bytes:
@@ -172,15 +187,27 @@ def decode_request(frame: Buffer) -> Request:
     `MalformedInput` for anything else that is not a valid request.
     """
     api_key, api_version, correlation_id = peek_api_key_and_version(frame)
-    if not is_decodable(api_key, api_version):
+    codec = _request_codec(api_key, api_version)
+    if codec is None:
         raise UnsupportedVersion(api_key, api_version, correlation_id)
-    header, position = decode_request_header(frame, request_header_version(api_key, api_version))
-    where = (
-        f"{_api_name(api_key)} v{api_version} request body, correlation id {correlation_id}, "
-        f"client {header.client_id!r}"
-    )
-    body = _decode(request_type(api_key, api_version), frame, position, where)
-    return Request(header, body)
+    header_version, entity = codec
+    header, position = decode_request_header(frame, header_version)
+
+    def where() -> str:
+        return (
+            f"{entity.__name__} v{api_version}, correlation id {correlation_id}, "
+            f"client {header.client_id!r}"
+        )
+
+    return Request(header, _decode(entity, frame, position, where))
+
+
+@functools.cache
+def _request_codec(api_key: int, api_version: int) -> tuple[int, type[RequestBody]] | None:
+    """The header version and body class of a decodable request version, or None."""
+    if not is_decodable(api_key, api_version):
+        return None
+    return request_header_version(api_key, api_version), request_type(api_key, api_version)
 
 
 def encode_request(header: RequestHeader, body: RequestBody) -> bytes:
@@ -201,10 +228,12 @@ def encode_response(request: RequestHeader, body: ResponseBody) -> bytes:
 def decode_response(api_key: int, api_version: int, frame: Buffer) -> tuple[int, ResponseBody]:
     """Decode a response frame (without its size prefix) to `(correlation_id, body)`."""
     header, position = decode_response_header(frame, response_header_version(api_key, api_version))
-    where = (
-        f"{_api_name(api_key)} v{api_version} response body, correlation id {header.correlation_id}"
-    )
-    body = _decode(response_type(api_key, api_version), frame, position, where)
+    entity = response_type(api_key, api_version)
+
+    def where() -> str:
+        return f"{entity.__name__} v{api_version}, correlation id {header.correlation_id}"
+
+    body = _decode(entity, frame, position, where)
     return header.correlation_id, cast(ResponseBody, body)
 
 

@@ -209,12 +209,12 @@ def iter_batches(
 
 def set_base_offset(buf: Buffer, position: int, base_offset: int) -> None:
     """Assign the batch's offsets in place; the CRC does not cover the base offset."""
-    _INT64.pack_into(buf, position, base_offset)  # type: ignore[arg-type]
+    _INT64.pack_into(buf, position, base_offset)
 
 
 def set_partition_leader_epoch(buf: Buffer, position: int, epoch: int) -> None:
     """Stamp the leader epoch in place; the CRC does not cover it either."""
-    _INT32.pack_into(buf, position + 12, epoch)  # type: ignore[arg-type]
+    _INT32.pack_into(buf, position + 12, epoch)
 
 
 def set_log_append_time(buf: Buffer, position: int, timestamp: int) -> None:
@@ -222,10 +222,10 @@ def set_log_append_time(buf: Buffer, position: int, timestamp: int) -> None:
     timestamp-type bit, then recompute the CRC, which covers both."""
     view = memoryview(buf)
     header = read_batch_header(view, position)
-    _INT64.pack_into(view, position + 35, timestamp)  # type: ignore[arg-type]
-    struct.pack_into(">h", view, position + 21, header.attributes | _LOG_APPEND_TIME)  # type: ignore[arg-type]
+    _INT64.pack_into(view, position + 35, timestamp)
+    struct.pack_into(">h", view, position + 21, header.attributes | _LOG_APPEND_TIME)
     crc = _crc(view, position, header)
-    struct.pack_into(">I", view, position + 17, crc)  # type: ignore[arg-type]
+    struct.pack_into(">I", view, position + 17, crc)
 
 
 def iter_records(

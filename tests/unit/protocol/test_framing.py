@@ -1,0 +1,95 @@
+"""The frame reader cuts a byte stream into frames however the bytes arrive, and refuses
+oversized or negative frames before buffering them."""
+
+from __future__ import annotations
+
+import itertools
+import struct
+import tracemalloc
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker.protocol import (
+    DEFAULT_MAX_REQUEST_BYTES,
+    FrameReader,
+    FrameTooLarge,
+    MalformedInput,
+    encode_frame,
+)
+
+
+def _split(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(data) + 1) for c in cuts})
+    bounds = [0, *points, len(data)]
+    return [data[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+@given(
+    payloads=st.lists(st.binary(max_size=200), max_size=8),
+    cuts=st.lists(st.integers(min_value=0), max_size=20),
+)
+def test_frames_round_trip_whatever_the_chunking(payloads: list[bytes], cuts: list[int]) -> None:
+    stream = b"".join(encode_frame(p) for p in payloads)
+    reader = FrameReader()
+    frames: list[bytes] = []
+    for chunk in _split(stream, cuts):
+        reader.receive_data(chunk)
+        while (frame := reader.next_frame()) is not None:
+            frames.append(frame)
+    assert frames == payloads
+    assert reader.buffered_bytes == 0
+
+
+def test_default_limit_is_kafkas_socket_request_max_bytes() -> None:
+    assert DEFAULT_MAX_REQUEST_BYTES == 100 * 1024 * 1024
+
+
+def test_frame_over_the_limit_is_refused_from_its_size_prefix_alone() -> None:
+    reader = FrameReader(max_frame_bytes=1000)
+    reader.receive_data(struct.pack(">i", 1001))
+    with pytest.raises(FrameTooLarge) as caught:
+        reader.next_frame()
+    assert caught.value.size == 1001
+    assert "socket.request.max.bytes=1000" in str(caught.value)
+    # The stream is out of sync: the reader keeps refusing rather than guessing.
+    reader.receive_data(encode_frame(b"ok"))
+    with pytest.raises(FrameTooLarge):
+        reader.next_frame()
+
+
+def test_frame_at_the_limit_is_accepted() -> None:
+    reader = FrameReader(max_frame_bytes=10)
+    reader.receive_data(encode_frame(b"x" * 10))
+    assert reader.next_frame() == b"x" * 10
+
+
+def test_negative_size_is_malformed() -> None:
+    reader = FrameReader()
+    reader.receive_data(struct.pack(">i", -5))
+    with pytest.raises(MalformedInput, match="negative frame size -5"):
+        reader.next_frame()
+
+
+def test_announced_size_allocates_nothing_until_bytes_arrive() -> None:
+    """A client announcing 90 MiB and sending a few bytes costs a few bytes."""
+    reader = FrameReader()
+    tracemalloc.start()
+    try:
+        reader.receive_data(struct.pack(">i", 90 * 1024 * 1024) + b"abc")
+        assert reader.next_frame() is None
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert reader.pending_frame_size() == 90 * 1024 * 1024
+    assert peak < 64 * 1024
+
+
+def test_partial_size_prefix_waits() -> None:
+    reader = FrameReader()
+    reader.receive_data(b"\x00\x00")
+    assert reader.next_frame() is None
+    assert reader.pending_frame_size() is None
+    reader.receive_data(b"\x00\x01z")
+    assert reader.next_frame() == b"z"
