@@ -1,0 +1,27 @@
+"""The commit log, in Kafka's on-disk layout, independent of networking.
+
+What it owns: partition directories under each log dir, segments (`.log`, `.index`,
+`.timeindex`), the leader-epoch checkpoint, the log dir checkpoints, recovery, retention,
+flushing and compaction. What it must never do: import the server, asyncio or the protocol's
+message layer; it sees record batches as bytes and their 61-byte headers only. Time is
+always an argument (`now_ms`), never read from a clock here.
+"""
+
+from .config import InvalidConfig, LogConfig
+from .errors import CorruptRecordError, LogOffline, OffsetOutOfRange, RecordTooLarge, StorageError
+from .log import AppendInfo, Log
+from .segments import FileSlice, LogSegment
+
+__all__ = [
+    "AppendInfo",
+    "CorruptRecordError",
+    "FileSlice",
+    "InvalidConfig",
+    "Log",
+    "LogConfig",
+    "LogOffline",
+    "LogSegment",
+    "OffsetOutOfRange",
+    "RecordTooLarge",
+    "StorageError",
+]

@@ -1,0 +1,452 @@
+"""One partition's log: an ordered run of segments in `<log dir>/<topic>-<partition>/`.
+
+What it owns: offsets (log start, log end, recovery point), appends as leader (assigning offsets
+by patching batch headers) and as follower (offsets already assigned), reads as file slices,
+lookups by offset, timestamp and leader epoch, truncation, roll, retention and flushing.
+What it never does: networking, replication decisions, or reading a clock — the caller passes
+`now_ms`, so every time-based rule is tested without waiting.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker.protocol import MalformedInput
+from broker.protocol.records import BatchHeader, iter_batches, validate_batch
+
+from .config import LogConfig
+from .epochs import LeaderEpochCache
+from .errors import CorruptRecordError, OffsetOutOfRange, RecordTooLarge
+from .segments import DELETED_SUFFIX, FileSlice, LogSegment
+
+__all__ = ["AppendInfo", "Log", "parse_partition_dir"]
+
+_PREFIX = struct.Struct(">qii")
+_PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+_SEGMENT_LOG = re.compile(r"^(?P<base>\d{20})\.log$")
+
+
+def parse_partition_dir(name: str) -> tuple[str, int]:
+    """`orders-3` → ("orders", 3); raises ValueError for anything else."""
+    match = _PARTITION_DIR.match(name)
+    if match is None:
+        raise ValueError(f"{name!r} is not a <topic>-<partition> directory")
+    return match["topic"], int(match["partition"])
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    """What a produce response reports about an append."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_start_offset: int
+    record_count: int
+
+
+class Log:
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        *,
+        now_ms: int,
+        clean_shutdown: bool = True,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+    ) -> None:
+        self.directory = directory
+        self.topic, self.partition = parse_partition_dir(directory.name)
+        self.config = config
+        directory.mkdir(parents=True, exist_ok=True)
+        self.epochs = LeaderEpochCache(directory)
+        self.segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self.recovered_bytes = 0
+        self._load(now_ms, clean_shutdown, recovery_point, log_start_offset)
+        self.log_start_offset = min(
+            max(log_start_offset, self.segments[0].base_offset), self.log_end_offset
+        )
+        self.epochs.truncate_from_end(self.log_end_offset)
+        if not clean_shutdown:
+            # What recovery kept is now the log: make it durable before serving it.
+            for segment in self.segments:
+                if segment.next_offset > recovery_point:
+                    segment.flush()
+        self.recovery_point = self.log_end_offset
+        self._unflushed_records = 0
+        self._last_flush_ms = now_ms
+
+    # -- loading and recovery ----------------------------------------------------------------
+
+    def _load(
+        self, now_ms: int, clean_shutdown: bool, recovery_point: int, log_start_offset: int
+    ) -> None:
+        for leftover in self.directory.iterdir():
+            if leftover.name.endswith((DELETED_SUFFIX, ".cleaned", ".tmp")):
+                leftover.unlink()
+        bases = sorted(
+            int(m["base"])
+            for m in (_SEGMENT_LOG.match(p.name) for p in self.directory.iterdir())
+            if m is not None
+        )
+        for base in bases:
+            self._add_segment(LogSegment(self.directory, base, self.config, now_ms))
+        if not self.segments:
+            segment = LogSegment(self.directory, log_start_offset, self.config, now_ms)
+            segment.next_offset = log_start_offset
+            self._add_segment(segment)
+            return
+        for i, segment in enumerate(self.segments):
+            needs_recovery = not clean_shutdown and (
+                i == len(self.segments) - 1 or self.segments[i + 1].base_offset > recovery_point
+            )
+            if needs_recovery:
+                cut = segment.recover()
+                self.recovered_bytes += cut
+                if cut:
+                    # Nothing after a torn or corrupt batch can be trusted to follow on.
+                    for later in self.segments[i + 1 :]:
+                        self.recovered_bytes += later.size
+                        later.mark_deleted()
+                        later.close()
+                        for path in self._deleted_files(later):
+                            path.unlink(missing_ok=True)
+                    del self.segments[i + 1 :]
+                    del self._bases[i + 1 :]
+                    break
+            else:
+                segment.load_clean()
+
+    @staticmethod
+    def _deleted_files(segment: LogSegment) -> list[Path]:
+        return [segment.log_path, segment.offset_index.path, segment.time_index.path]
+
+    def _add_segment(self, segment: LogSegment) -> None:
+        self.segments.append(segment)
+        self._bases.append(segment.base_offset)
+
+    # -- offsets --------------------------------------------------------------------------
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.active_segment.next_offset
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(segment.size for segment in self.segments)
+
+    # -- appending ------------------------------------------------------------------------
+
+    def append_as_leader(self, records: bytes, *, leader_epoch: int, now_ms: int) -> AppendInfo:
+        """Validate the batches, assign them the next offsets and stamp the leader epoch."""
+        view = memoryview(records)
+        batches = self._validated(view)
+        next_offset = self.log_end_offset
+        assigned: list[tuple[int, BatchHeader]] = []
+        prefixes: list[bytes] = []
+        for position, header in batches:
+            if header.records_count != header.last_offset_delta + 1:
+                raise CorruptRecordError(
+                    f"batch at byte {position} has {header.records_count} records but last "
+                    f"offset delta {header.last_offset_delta}"
+                )
+            prefixes.append(_PREFIX.pack(next_offset, header.batch_length, leader_epoch))
+            assigned.append((position, _with_offsets(header, next_offset, leader_epoch)))
+            next_offset += header.last_offset_delta + 1
+        self.epochs.assign(leader_epoch, self.log_end_offset)
+        return self._append(view, assigned, prefixes, now_ms)
+
+    def append_as_follower(self, records: bytes, *, now_ms: int) -> AppendInfo:
+        """Append batches that already carry their offsets and epochs (replication)."""
+        view = memoryview(records)
+        batches = self._validated(view)
+        expected = self.log_end_offset
+        for position, header in batches:
+            if header.base_offset < expected:
+                raise CorruptRecordError(
+                    f"batch at byte {position} starts at offset {header.base_offset}, "
+                    f"below the log end offset {expected}"
+                )
+            expected = header.next_offset
+            self.epochs.assign(header.partition_leader_epoch, header.base_offset)
+        prefixes = [bytes(view[p : p + _PREFIX.size]) for p, _ in batches]
+        return self._append(view, batches, prefixes, now_ms)
+
+    def _validated(self, view: memoryview) -> list[tuple[int, BatchHeader]]:
+        try:
+            batches = list(iter_batches(view))
+            for position, _ in batches:
+                validate_batch(view, position)
+        except MalformedInput as exc:
+            raise CorruptRecordError(str(exc)) from exc
+        if not batches:
+            raise CorruptRecordError("no record batch to append")
+        for position, header in batches:
+            if header.size > self.config.max_message_bytes:
+                raise RecordTooLarge(
+                    f"batch at byte {position} is {header.size} bytes, more than "
+                    f"max.message.bytes={self.config.max_message_bytes}"
+                )
+        return batches
+
+    def _append(
+        self,
+        view: memoryview,
+        batches: list[tuple[int, BatchHeader]],
+        prefixes: list[bytes],
+        now_ms: int,
+    ) -> AppendInfo:
+        total = sum(header.size for _, header in batches)
+        if total > self.config.segment_bytes:
+            raise RecordTooLarge(f"{total} bytes do not fit in segment.bytes")
+        first = batches[0][1]
+        if self.active_segment.should_roll(total, now_ms) or (
+            batches[-1][1].last_offset - self.active_segment.base_offset > 2**31 - 1
+        ):
+            self.roll(now_ms, first.base_offset)
+        self.active_segment.append(view, batches, prefixes)
+        records = sum(header.records_count for _, header in batches)
+        self._unflushed_records += records
+        max_timestamp, offset_of_max = -1, first.base_offset
+        for _, header in batches:
+            if header.max_timestamp > max_timestamp:
+                max_timestamp, offset_of_max = header.max_timestamp, header.last_offset
+        info = AppendInfo(
+            first_offset=first.base_offset,
+            last_offset=batches[-1][1].last_offset,
+            max_timestamp=max_timestamp,
+            offset_of_max_timestamp=offset_of_max,
+            log_start_offset=self.log_start_offset,
+            record_count=records,
+        )
+        self.maybe_flush(now_ms)
+        return info
+
+    def roll(self, now_ms: int, base_offset: int | None = None) -> LogSegment:
+        """Start a new active segment at the log end offset; fsync the one it replaces."""
+        base = self.log_end_offset if base_offset is None else max(base_offset, self.log_end_offset)
+        previous = self.active_segment
+        if previous.size == 0 and previous.base_offset == base:
+            return previous
+        previous.flush()
+        if previous.size == 0:
+            # An empty segment carries nothing: replace it rather than leave a hole.
+            self.segments.pop()
+            self._bases.pop()
+            previous.close()
+            for path in self._deleted_files(previous):
+                path.unlink(missing_ok=True)
+        segment = LogSegment(self.directory, base, self.config, now_ms)
+        segment.next_offset = base
+        self._add_segment(segment)
+        return segment
+
+    # -- flushing -------------------------------------------------------------------------
+
+    def maybe_flush(self, now_ms: int) -> None:
+        """Apply `flush.messages` and `flush.ms`; by default neither ever triggers."""
+        if self._unflushed_records == 0:
+            return
+        if (
+            self._unflushed_records >= self.config.flush_messages
+            or now_ms - self._last_flush_ms >= self.config.flush_ms
+        ):
+            self.flush(now_ms)
+
+    def flush(self, now_ms: int) -> None:
+        """fsync every segment holding data past the recovery point, then move it."""
+        for segment in self.segments:
+            if segment.next_offset > self.recovery_point or segment is self.active_segment:
+                segment.flush()
+        self.recovery_point = self.log_end_offset
+        self._unflushed_records = 0
+        self._last_flush_ms = now_ms
+
+    # -- reading --------------------------------------------------------------------------
+
+    def _segment_index(self, offset: int) -> int:
+        return max(bisect.bisect_right(self._bases, offset) - 1, 0)
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> FileSlice | None:
+        """Batches from `offset`, at most `max_bytes` (but at least one whole batch with
+        `min_one_batch`), none at or past `max_offset` (the high watermark for consumers).
+
+        None when there is nothing to read yet; `OffsetOutOfRange` outside the log.
+        """
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRange(offset, self.log_start_offset, self.log_end_offset)
+        if max_offset is not None and offset >= max_offset:
+            return None
+        for i in range(self._segment_index(offset), len(self.segments)):
+            segment = self.segments[i]
+            max_position = None
+            if max_offset is not None and max_offset < segment.next_offset:
+                max_position = segment.position_of(max_offset)
+            found = segment.read(offset, max_bytes, max_position, min_one_batch)
+            if found is not None:
+                return found if found.size else None
+        return None
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int, int] | None:
+        """(offset, timestamp, leader epoch) of the first record at or after `timestamp`."""
+        for segment in self.segments:
+            if segment.max_timestamp < timestamp:
+                continue
+            found = segment.find_offset_by_timestamp(timestamp)
+            if found is not None and found[0] >= self.log_start_offset:
+                offset, record_timestamp = found
+                return offset, record_timestamp, self.epochs.epoch_for_offset(offset)
+        return None
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        return self.epochs.end_offset_for(epoch, self.log_end_offset)
+
+    def batches(self, start_offset: int = 0) -> Iterator[tuple[LogSegment, int, BatchHeader]]:
+        """Every batch from `start_offset` on, with the segment and position it lives at."""
+        for i in range(self._segment_index(start_offset), len(self.segments)):
+            segment = self.segments[i]
+            for position, header in segment.batches():
+                if header.last_offset >= start_offset:
+                    yield segment, position, header
+
+    # -- truncation and log start ---------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove everything at or after `offset` (a follower diverged from its leader)."""
+        if offset >= self.log_end_offset:
+            return
+        while len(self.segments) > 1 and self.active_segment.base_offset >= offset:
+            self._drop(self.segments.pop())
+            self._bases.pop()
+        self.active_segment.truncate_to(offset)
+        self.epochs.truncate_from_end(self.log_end_offset)
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+
+    def truncate_fully_and_start_at(self, offset: int, now_ms: int) -> None:
+        """Empty the log and restart it at `offset` (a follower too far behind its leader)."""
+        for segment in self.segments:
+            self._drop(segment)
+        self.segments, self._bases = [], []
+        self._add_segment(LogSegment(self.directory, offset, self.config, now_ms))
+        self.active_segment.next_offset = offset
+        self.epochs.clear()
+        self.log_start_offset = offset
+        self.recovery_point = offset
+
+    def delete_records(self, offset: int) -> int:
+        """DeleteRecords: move the log start offset up to `offset`; returns the new start."""
+        if offset < 0 or offset > self.log_end_offset:
+            raise OffsetOutOfRange(offset, self.log_start_offset, self.log_end_offset)
+        if offset > self.log_start_offset:
+            self.log_start_offset = offset
+            self.epochs.truncate_from_start(offset)
+        return self.log_start_offset
+
+    def _drop(self, segment: LogSegment) -> None:
+        segment.close()
+        for path in self._deleted_files(segment):
+            path.unlink(missing_ok=True)
+
+    # -- retention ------------------------------------------------------------------------
+
+    def retention_candidates(self, now_ms: int) -> list[LogSegment]:
+        """Closed segments that retention would delete now (never the active one)."""
+        closed = self.segments[:-1]
+        doomed: set[int] = set()
+        # Segments wholly below the log start offset (DeleteRecords, or earlier retention).
+        for i in range(len(closed)):
+            if self.segments[i + 1].base_offset <= self.log_start_offset:
+                doomed.add(i)
+        if self.config.delete:
+            if self.config.retention_ms >= 0:
+                for i, segment in enumerate(closed):
+                    if now_ms - segment.max_timestamp <= self.config.retention_ms:
+                        break
+                    doomed.add(i)
+            if self.config.retention_bytes >= 0:
+                excess = self.size_in_bytes - self.config.retention_bytes
+                for i, segment in enumerate(closed):
+                    if excess < segment.size:
+                        break
+                    excess -= segment.size
+                    doomed.add(i)
+        count = 0
+        while count in doomed:
+            count += 1
+        return closed[:count]
+
+    def delete_old_segments(self, now_ms: int) -> list[LogSegment]:
+        """Apply retention: the doomed segments leave the log and their files become
+        `*.deleted`; the caller closes and removes them after `file.delete.delay.ms`."""
+        doomed = self.retention_candidates(now_ms)
+        if not doomed:
+            return []
+        del self.segments[: len(doomed)]
+        del self._bases[: len(doomed)]
+        for segment in doomed:
+            segment.mark_deleted()
+        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        self.epochs.truncate_from_start(self.log_start_offset)
+        return doomed
+
+    def replace_segments(self, new: list[LogSegment], old: list[LogSegment]) -> None:
+        """Swap `old` (consecutive segments) for `new` covering the same offsets (compaction)."""
+        start = self.segments.index(old[0])
+        self.segments[start : start + len(old)] = new
+        self._bases = [segment.base_offset for segment in self.segments]
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def close(self, now_ms: int) -> None:
+        """Flush everything to disk and close the files (clean shutdown)."""
+        self.flush(now_ms)
+        for segment in self.segments:
+            segment.close()
+
+    def sync_to_os(self) -> None:
+        for segment in self.segments:
+            segment.flush_to_os()
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.topic}-{self.partition}, start={self.log_start_offset}, "
+            f"end={self.log_end_offset}, segments={len(self.segments)})"
+        )
+
+
+def _with_offsets(header: BatchHeader, base_offset: int, leader_epoch: int) -> BatchHeader:
+    return BatchHeader(
+        base_offset,
+        header.batch_length,
+        leader_epoch,
+        header.magic,
+        header.crc,
+        header.attributes,
+        header.last_offset_delta,
+        header.base_timestamp,
+        header.max_timestamp,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        header.records_count,
+    )

@@ -1,0 +1,327 @@
+"""One log segment: `<base offset>.log` with its `.index` and `.timeindex`, in Kafka's layout.
+
+The `.log` file holds record batches exactly as they travel on the wire, so a read is a file
+slice that the network layer can `sendfile`. Appends go through `pwritev` with each batch's
+first 16 bytes (base offset, length, leader epoch — all outside the CRC) patched in a small
+separate buffer: the payload itself is never copied or re-encoded.
+
+A segment never trusts its indexes over its log: `recover` rebuilds both from a scan that
+keeps every complete, valid batch and cuts the file at the first byte that is not one.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker.protocol import MalformedInput
+from broker.protocol.records import (
+    BATCH_HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    iter_records,
+    read_batch_header,
+    validate_batch,
+)
+
+from .config import LogConfig
+from .indexes import IndexCorrupt, OffsetIndex, TimeIndex
+
+__all__ = ["FileSlice", "LogSegment", "segment_file_name"]
+
+DELETED_SUFFIX = ".deleted"
+_PREFIX = struct.Struct(">qii")
+_CHUNK = 1024 * 1024
+
+
+def segment_file_name(base_offset: int, suffix: str) -> str:
+    """Kafka's names: the base offset as 20 zero-padded digits, then `.log`, `.index`, …"""
+    return f"{base_offset:020d}{suffix}"
+
+
+@dataclass(frozen=True, slots=True)
+class FileSlice:
+    """A range of a segment file: what a fetch sends, by `sendfile` or by `read`."""
+
+    fd: int
+    position: int
+    size: int
+
+    def read(self) -> bytes:
+        """The bytes, for listeners that cannot `sendfile` (TLS)."""
+        return os.pread(self.fd, self.size, self.position)
+
+
+class LogSegment:
+    def __init__(self, directory: Path, base_offset: int, config: LogConfig, now_ms: int) -> None:
+        self.base_offset = base_offset
+        self.config = config
+        self.log_path = directory / segment_file_name(base_offset, ".log")
+        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.size = os.fstat(self.fd).st_size
+        self.created_ms = now_ms
+        self.indexes_rebuilt = False
+        self.offset_index = self._open_offset_index(directory)
+        self.time_index = self._open_time_index(directory)
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = base_offset
+        self.first_batch_timestamp: int | None = None
+        self._bytes_since_index_entry = 0
+
+    def _open_offset_index(self, directory: Path) -> OffsetIndex:
+        path = directory / segment_file_name(self.base_offset, ".index")
+        self.indexes_rebuilt |= not path.exists()
+        try:
+            return OffsetIndex(path, self.base_offset, self.config.segment_index_bytes)
+        except IndexCorrupt:
+            path.unlink()
+            self.indexes_rebuilt = True
+            return OffsetIndex(path, self.base_offset, self.config.segment_index_bytes)
+
+    def _open_time_index(self, directory: Path) -> TimeIndex:
+        path = directory / segment_file_name(self.base_offset, ".timeindex")
+        self.indexes_rebuilt |= not path.exists()
+        try:
+            return TimeIndex(path, self.base_offset)
+        except IndexCorrupt:
+            path.unlink()
+            self.indexes_rebuilt = True
+            return TimeIndex(path, self.base_offset)
+
+    # -- loading ---------------------------------------------------------------------------
+
+    def load_clean(self) -> None:
+        """Open after a clean shutdown: trust the indexes unless one is missing or corrupt, and
+        scan only the tail after the last index entry for the end offset and max timestamp."""
+        try:
+            self.offset_index.check(self.size)
+        except IndexCorrupt:
+            self.indexes_rebuilt = True
+        if self.indexes_rebuilt:
+            self.recover()
+            return
+        self.max_timestamp, self.offset_of_max_timestamp = self.time_index.lookup(2**63 - 1)
+        if self.max_timestamp < 0:
+            self.offset_of_max_timestamp = self.base_offset
+        self.next_offset = self.base_offset
+        for position, header in self._scan_headers(self.offset_index.last_position):
+            self._observe(position, header, index=False)
+        if self.size:
+            first = read_batch_header(os.pread(self.fd, BATCH_HEADER_SIZE, 0))
+            self.first_batch_timestamp = first.max_timestamp
+        try:
+            self.time_index.check(self.next_offset - 1)
+        except IndexCorrupt:
+            self.recover()
+
+    def recover(self) -> int:
+        """Rebuild the indexes from the log, keeping every complete and valid batch and cutting
+        the file at the first byte that is not one. Returns the bytes cut."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = self.base_offset
+        self.first_batch_timestamp = None
+        self._bytes_since_index_entry = 0
+        valid_end = 0
+        for position, header in self._scan_valid():
+            self._observe(position, header, index=True)
+            valid_end = position + header.size
+        truncated = self.size - valid_end
+        if truncated:
+            os.ftruncate(self.fd, valid_end)
+            self.size = valid_end
+        self.indexes_rebuilt = False
+        return truncated
+
+    def _scan_headers(self, start: int) -> Iterator[tuple[int, BatchHeader]]:
+        position = start
+        while position + BATCH_HEADER_SIZE <= self.size:
+            header = read_batch_header(os.pread(self.fd, BATCH_HEADER_SIZE, position))
+            yield position, header
+            position += header.size
+
+    def _scan_valid(self) -> Iterator[tuple[int, BatchHeader]]:
+        """Batches from the start of the file until the first torn, corrupt or out-of-order one."""
+        position = 0
+        expected = self.base_offset
+        while position + LOG_OVERHEAD <= self.size:
+            (_, length, _) = _PREFIX.unpack(os.pread(self.fd, _PREFIX.size, position))
+            size = length + LOG_OVERHEAD
+            if length < BATCH_HEADER_SIZE - LOG_OVERHEAD or position + size > self.size:
+                return
+            try:
+                header = validate_batch(os.pread(self.fd, size, position))
+            except MalformedInput:
+                return
+            if header.base_offset < expected:
+                return
+            yield position, header
+            expected = header.next_offset
+            position += size
+
+    def _observe(self, position: int, header: BatchHeader, *, index: bool) -> None:
+        """Account for a batch now in the file at `position`."""
+        if self.first_batch_timestamp is None:
+            self.first_batch_timestamp = header.max_timestamp
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self.offset_of_max_timestamp = header.last_offset
+        if index and self._bytes_since_index_entry > self.config.index_interval_bytes:
+            self.offset_index.append(header.last_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self._bytes_since_index_entry = 0
+        self._bytes_since_index_entry += header.size
+        self.next_offset = header.next_offset
+
+    # -- appending -------------------------------------------------------------------------
+
+    def append(
+        self, data: memoryview, batches: list[tuple[int, BatchHeader]], prefixes: list[bytes]
+    ) -> None:
+        """Write batches whose first 16 bytes are replaced by `prefixes` (patched offsets and
+        leader epochs); `batches` are (position in `data`, header with the assigned offsets)."""
+        buffers: list[bytes | memoryview] = []
+        for (position, header), prefix in zip(batches, prefixes, strict=True):
+            buffers.append(prefix)
+            buffers.append(data[position + len(prefix) : position + header.size])
+        written = os.pwritev(self.fd, buffers, self.size)
+        expected = sum(header.size for _, header in batches)
+        if written != expected:
+            raise OSError(f"short write to {self.log_path}: {written} of {expected} bytes")
+        position = self.size
+        for _, header in batches:
+            self._observe(position, header, index=True)
+            position += header.size
+        self.size = position
+
+    def should_roll(self, incoming_bytes: int, now_ms: int) -> bool:
+        if self.size == 0:
+            return False
+        if self.size + incoming_bytes > self.config.segment_bytes:
+            return True
+        if self.offset_index.is_full:
+            return True
+        rolling_timestamp = (
+            self.first_batch_timestamp
+            if self.first_batch_timestamp is not None and self.first_batch_timestamp >= 0
+            else self.created_ms
+        )
+        return now_ms - rolling_timestamp > self.config.segment_ms
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def find_batch(self, offset: int) -> tuple[int, BatchHeader] | None:
+        """The first batch whose last offset is at least `offset`: where a read starts."""
+        _, start = self.offset_index.lookup(offset)
+        for position, header in self._scan_headers(start):
+            if header.last_offset >= offset:
+                return position, header
+        return None
+
+    def read(
+        self, offset: int, max_bytes: int, max_position: int | None, min_one_batch: bool
+    ) -> FileSlice | None:
+        """Up to `max_bytes` from the batch holding `offset`, or None if it is not here.
+
+        With `min_one_batch` the first batch is returned whole even if larger (KIP-74).
+        """
+        found = self.find_batch(offset)
+        if found is None:
+            return None
+        position, header = found
+        limit = self.size if max_position is None else min(max_position, self.size)
+        if position >= limit:
+            return FileSlice(self.fd, position, 0)
+        size = min(limit - position, max_bytes)
+        if min_one_batch and size < header.size:
+            size = min(header.size, limit - position)
+        return FileSlice(self.fd, position, size)
+
+    def position_of(self, offset: int) -> int | None:
+        """File position of the batch holding `offset`, or None if past this segment."""
+        found = self.find_batch(offset)
+        return None if found is None else found[0]
+
+    def find_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= `timestamp`."""
+        if self.max_timestamp < timestamp:
+            return None
+        _, indexed_offset = self.time_index.lookup(timestamp)
+        _, start = self.offset_index.lookup(indexed_offset)
+        for position, header in self._scan_headers(start):
+            if header.max_timestamp < timestamp:
+                continue
+            batch = os.pread(self.fd, header.size, position)
+            for record in iter_records(batch):
+                if record.timestamp >= timestamp:
+                    return record.offset, record.timestamp
+        return None
+
+    def batches(self, start_position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
+        """Every batch header from a position on (compaction, audits, tests)."""
+        return self._scan_headers(start_position)
+
+    def read_batch(self, position: int, header: BatchHeader) -> bytes:
+        return os.pread(self.fd, header.size, position)
+
+    # -- truncation, flushing, deletion ----------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch at or after `offset`; return the bytes removed."""
+        found = self.find_batch(offset)
+        if found is None:
+            return 0
+        position, _ = found
+        # As in Kafka, the batch holding `offset` goes whole: followers truncate at batch
+        # boundaries, and a batch is never split.
+        removed = self.size - position
+        if removed <= 0:
+            return 0
+        os.ftruncate(self.fd, position)
+        self.size = position
+        self.offset_index.truncate_to_position(position)
+        self.time_index.truncate_to_offset(offset)
+        self._reload_tail()
+        return removed
+
+    def _reload_tail(self) -> None:
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = self.base_offset
+        self.first_batch_timestamp = None
+        self._bytes_since_index_entry = 0
+        for position, header in self._scan_headers(0):
+            self._observe(position, header, index=False)
+
+    def flush(self) -> None:
+        os.fsync(self.fd)
+        self.offset_index.flush(fsync=True)
+        self.time_index.flush(fsync=True)
+
+    def flush_to_os(self) -> None:
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def mark_deleted(self) -> list[Path]:
+        """Rename the segment's files to `*.deleted`; open slices keep working until `close`."""
+        renamed = []
+        new_log = self.log_path.with_name(self.log_path.name + DELETED_SUFFIX)
+        os.replace(self.log_path, new_log)
+        self.log_path = new_log
+        renamed.append(new_log)
+        for index in (self.offset_index, self.time_index):
+            target = index.path.with_name(index.path.name + DELETED_SUFFIX)
+            index.rename(target)
+            renamed.append(target)
+        return renamed
+
+    def close(self) -> None:
+        self.offset_index.close()
+        self.time_index.close()
+        os.close(self.fd)
