@@ -10,6 +10,7 @@ always an argument (`now_ms`), never read from a clock here.
 from .config import InvalidConfig, LogConfig
 from .errors import CorruptRecordError, LogOffline, OffsetOutOfRange, RecordTooLarge, StorageError
 from .log import AppendInfo, Log
+from .manager import LogManager
 from .segments import FileSlice, LogSegment
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "InvalidConfig",
     "Log",
     "LogConfig",
+    "LogManager",
     "LogOffline",
     "LogSegment",
     "OffsetOutOfRange",

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.protocol import MalformedInput
+from broker.protocol.errors import MalformedInput
 from broker.protocol.records import BatchHeader, iter_batches, validate_batch
 
 from .config import LogConfig
@@ -241,6 +241,8 @@ class Log:
         if previous.size == 0 and previous.base_offset == base:
             return previous
         previous.flush()
+        # Every segment before the new one is now on disk: recovery can start from here.
+        self.recovery_point = max(self.recovery_point, previous.next_offset)
         if previous.size == 0:
             # An empty segment carries nothing: replace it rather than leave a hole.
             self.segments.pop()

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.protocol import MalformedInput
+from broker.protocol.errors import MalformedInput
 from broker.protocol.records import (
     BATCH_HEADER_SIZE,
     LOG_OVERHEAD,

@@ -1,0 +1,257 @@
+"""The log dirs of one broker: which partitions live where, and the work that spans them.
+
+What it owns, per `log.dirs` entry as Kafka lays it out: the `.lock` that keeps a second
+process out, the clean-shutdown marker (`.kafka_cleanshutdown`) that lets the next start skip
+recovery, the `recovery-point-offset-checkpoint` and `log-start-offset-checkpoint` files, and
+asynchronous deletion (segments renamed `.deleted`, partition directories renamed
+`<topic>-<partition>.<id>-delete`, both removed `file.delete.delay.ms` later).
+
+A partition whose log cannot be loaded is reported by name in `offline` and left alone; every
+other partition still loads. Time is an argument (`now_ms`): `tick` is called by the server.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from .checkpoints import read_offset_checkpoint, write_offset_checkpoint
+from .config import LogConfig
+from .errors import LogOffline, StorageError
+from .log import Log, parse_partition_dir
+from .segments import LogSegment
+
+__all__ = ["CLEAN_SHUTDOWN_FILE", "LogManager", "TopicPartition"]
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+LOCK_FILE = ".lock"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+DELETE_DIR_SUFFIX = "-delete"
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass
+class _PendingDeletion:
+    due_ms: int
+    segments: list[LogSegment] = field(default_factory=list)
+    directory: Path | None = None
+
+
+class LogManager:
+    def __init__(
+        self,
+        log_dirs: list[Path],
+        default_config: LogConfig,
+        *,
+        checkpoint_interval_ms: int = 60_000,
+    ) -> None:
+        """`checkpoint_interval_ms`: how often `tick` writes the recovery-point and log-start
+        checkpoints (Kafka's `log.flush.offset.checkpoint.interval.ms`, 1 minute)."""
+        if not log_dirs:
+            raise ValueError("at least one log dir is required (log.dirs)")
+        self.log_dirs = [Path(d) for d in log_dirs]
+        self.default_config = default_config
+        self.checkpoint_interval_ms = checkpoint_interval_ms
+        self.logs: dict[TopicPartition, Log] = {}
+        self.offline: dict[TopicPartition, str] = {}
+        self.offline_dirs: dict[Path, str] = {}
+        self._dir_of: dict[TopicPartition, Path] = {}
+        self._locks: list[TextIO] = []
+        self._pending: list[_PendingDeletion] = []
+        self._last_checkpoint_ms = 0
+
+    # -- startup and shutdown ---------------------------------------------------------------
+
+    def startup(self, now_ms: int, configs: dict[str, LogConfig] | None = None) -> None:
+        """Lock and load every log dir; `configs` holds per-topic overrides."""
+        configs = configs or {}
+        for log_dir in self.log_dirs:
+            try:
+                self._load_dir(log_dir, now_ms, configs)
+            except OSError as exc:
+                self.offline_dirs[log_dir] = f"{type(exc).__name__}: {exc}"
+        self._last_checkpoint_ms = now_ms
+
+    def _load_dir(self, log_dir: Path, now_ms: int, configs: dict[str, LogConfig]) -> None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self._lock(log_dir)
+        marker = log_dir / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        recovery_points = read_offset_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
+        start_offsets = read_offset_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
+        for child in sorted(log_dir.iterdir()):
+            if not child.is_dir():
+                continue
+            if child.name.endswith(DELETE_DIR_SUFFIX):
+                shutil.rmtree(child, ignore_errors=True)
+                continue
+            try:
+                key = parse_partition_dir(child.name)
+            except ValueError:
+                continue
+            if key in self.logs:
+                self.offline[key] = f"also found in {self._dir_of[key]}; refusing {child}"
+                continue
+            try:
+                log = Log(
+                    child,
+                    configs.get(key[0], self.default_config),
+                    now_ms=now_ms,
+                    clean_shutdown=clean,
+                    recovery_point=recovery_points.get(key, 0),
+                    log_start_offset=start_offsets.get(key, 0),
+                )
+            except Exception as exc:  # any failure takes this partition alone offline
+                self.offline[key] = f"{child}: {type(exc).__name__}: {exc}"
+                continue
+            self.logs[key] = log
+            self._dir_of[key] = log_dir
+        # The marker is only true for the start right after a clean stop.
+        marker.unlink(missing_ok=True)
+        self._write_checkpoints(log_dir)
+
+    def _lock(self, log_dir: Path) -> None:
+        handle = open(log_dir / LOCK_FILE, "a")  # noqa: SIM115 - held until shutdown
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise StorageError(
+                f"log dir {log_dir} is in use by another process (its {LOCK_FILE} is locked)"
+            ) from None
+        self._locks.append(handle)
+
+    def shutdown(self, now_ms: int) -> None:
+        """Clean shutdown: flush and close every log, checkpoint, and leave the marker that
+        lets the next start skip recovery."""
+        for log in self.logs.values():
+            log.close(now_ms)
+        for pending in self._pending:
+            self._finish_deletion(pending)
+        self._pending.clear()
+        for log_dir in self.log_dirs:
+            if log_dir in self.offline_dirs:
+                continue
+            self._write_checkpoints(log_dir)
+            (log_dir / CLEAN_SHUTDOWN_FILE).write_text("{}\n")
+        for handle in self._locks:
+            handle.close()
+        self._locks.clear()
+        self.logs.clear()
+
+    # -- partitions -------------------------------------------------------------------------
+
+    def get_log(self, topic: str, partition: int) -> Log:
+        key = (topic, partition)
+        if key in self.offline:
+            raise LogOffline(f"{topic}-{partition} is offline: {self.offline[key]}")
+        return self.logs[key]
+
+    def __iter__(self) -> Iterator[tuple[TopicPartition, Log]]:
+        return iter(list(self.logs.items()))
+
+    def create_log(
+        self, topic: str, partition: int, now_ms: int, config: LogConfig | None = None
+    ) -> Log:
+        """Create (or return) a partition's log, in the online log dir holding fewest logs."""
+        key = (topic, partition)
+        if key in self.logs:
+            return self.logs[key]
+        if key in self.offline:
+            raise LogOffline(f"{topic}-{partition} is offline: {self.offline[key]}")
+        online = [d for d in self.log_dirs if d not in self.offline_dirs]
+        if not online:
+            raise StorageError("every log dir is offline")
+        counts = dict.fromkeys(online, 0)
+        for tp, d in self._dir_of.items():
+            if d in counts and tp in self.logs:
+                counts[d] += 1
+        log_dir = min(online, key=lambda d: counts[d])
+        log = Log(log_dir / f"{topic}-{partition}", config or self.default_config, now_ms=now_ms)
+        self.logs[key] = log
+        self._dir_of[key] = log_dir
+        return log
+
+    def delete_log(self, topic: str, partition: int, now_ms: int) -> None:
+        """Take a partition away now and remove its files after `file.delete.delay.ms`."""
+        key = (topic, partition)
+        log = self.logs.pop(key, None)
+        self.offline.pop(key, None)
+        if log is None:
+            return
+        log.close(now_ms)
+        target = log.directory.with_name(
+            f"{log.directory.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        )
+        os.replace(log.directory, target)
+        self._pending.append(
+            _PendingDeletion(now_ms + log.config.file_delete_delay_ms, directory=target)
+        )
+        self._dir_of.pop(key, None)
+
+    def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """DeleteRecords: advance the log start offset and checkpoint it at once, so that the
+        deleted records stay deleted across a crash."""
+        new_start = self.get_log(topic, partition).delete_records(offset)
+        self._write_checkpoints(self._dir_of[(topic, partition)])
+        return new_start
+
+    def log_dir_of(self, topic: str, partition: int) -> Path:
+        return self._dir_of[(topic, partition)]
+
+    # -- periodic work ----------------------------------------------------------------------
+
+    def tick(self, now_ms: int) -> None:
+        """Retention, time-based flushes, deferred deletions and checkpoints that are due."""
+        for _, log in self:
+            doomed = log.delete_old_segments(now_ms)
+            if doomed:
+                self.retire(doomed, now_ms + log.config.file_delete_delay_ms)
+            log.maybe_flush(now_ms)
+        due = [p for p in self._pending if p.due_ms <= now_ms]
+        for pending in due:
+            self._finish_deletion(pending)
+            self._pending.remove(pending)
+        if now_ms - self._last_checkpoint_ms >= self.checkpoint_interval_ms:
+            self.checkpoint()
+            self._last_checkpoint_ms = now_ms
+
+    def retire(self, segments: list[LogSegment], due_ms: int) -> None:
+        """Segments already marked `.deleted`, to close and remove at `due_ms`."""
+        self._pending.append(_PendingDeletion(due_ms, segments=list(segments)))
+
+    @property
+    def pending_deletions(self) -> int:
+        return sum(len(p.segments) + (p.directory is not None) for p in self._pending)
+
+    def _finish_deletion(self, pending: _PendingDeletion) -> None:
+        for segment in pending.segments:
+            segment.close()
+            for path in (segment.log_path, segment.offset_index.path, segment.time_index.path):
+                path.unlink(missing_ok=True)
+        if pending.directory is not None:
+            shutil.rmtree(pending.directory, ignore_errors=True)
+
+    def checkpoint(self) -> None:
+        for log_dir in self.log_dirs:
+            if log_dir not in self.offline_dirs:
+                self._write_checkpoints(log_dir)
+
+    def _write_checkpoints(self, log_dir: Path) -> None:
+        logs = {tp: log for tp, log in self.logs.items() if self._dir_of.get(tp) == log_dir}
+        write_offset_checkpoint(
+            log_dir / RECOVERY_POINT_CHECKPOINT,
+            {tp: log.recovery_point for tp, log in logs.items()},
+        )
+        write_offset_checkpoint(
+            log_dir / LOG_START_OFFSET_CHECKPOINT,
+            {tp: log.log_start_offset for tp, log in logs.items()},
+        )

@@ -1,0 +1,168 @@
+"""The log dirs of a broker: locking, clean and unclean restarts, checkpoints, offline
+partitions, deferred deletion."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from broker.protocol.records import Record, build_batch
+from broker.storage import LogConfig, LogManager, LogOffline, StorageError
+from broker.storage.checkpoints import read_offset_checkpoint
+from broker.storage.manager import CLEAN_SHUTDOWN_FILE
+
+REPO = Path(__file__).resolve().parents[3]
+CONFIG = LogConfig(segment_bytes=4096, index_interval_bytes=512, file_delete_delay_ms=1000)
+
+
+def _batch(n: int = 3, timestamp: int = 1_000) -> bytes:
+    return build_batch([Record(i, timestamp, b"key", b"x" * 200) for i in range(n)])
+
+
+def _crash_after(log_dir: Path, script: str) -> None:
+    """Run `script` against a LogManager `manager` in a child process that then dies without
+    shutting down: buffers unflushed, locks released by the kernel, as after a SIGKILL."""
+    code = (
+        "import os, sys\n"
+        "from pathlib import Path\n"
+        "from broker.storage import LogManager\n"
+        "from tests.unit.storage.test_manager import CONFIG, _batch\n"
+        f"manager = LogManager([Path({str(log_dir)!r})], CONFIG)\n"
+        "manager.startup(now_ms=0)\n"
+        f"{script}\n"
+        "os._exit(0)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+def _manager(*dirs: Path) -> LogManager:
+    manager = LogManager(list(dirs), CONFIG)
+    manager.startup(now_ms=0)
+    return manager
+
+
+def test_a_second_process_cannot_use_a_locked_log_dir(tmp_path: Path) -> None:
+    """As in Kafka, a broker refuses to start on a log dir another broker holds."""
+    first = _manager(tmp_path)
+    second = LogManager([tmp_path], CONFIG)
+    with pytest.raises(StorageError, match="in use by another process"):
+        second.startup(now_ms=0)
+    first.shutdown(now_ms=1)
+
+
+def test_clean_restart_keeps_every_record_and_consumes_the_marker(tmp_path: Path) -> None:
+    manager = _manager(tmp_path)
+    log = manager.create_log("orders", 0, now_ms=0)
+    for _ in range(20):
+        log.append_as_leader(_batch(), leader_epoch=0, now_ms=1)
+    manager.shutdown(now_ms=2)
+    assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    assert read_offset_checkpoint(tmp_path / "recovery-point-offset-checkpoint") == {
+        ("orders", 0): 60
+    }
+
+    again = _manager(tmp_path)
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    assert again.get_log("orders", 0).log_end_offset == 60
+    again.shutdown(now_ms=3)
+
+
+def test_unclean_restart_recovers_a_torn_tail(tmp_path: Path) -> None:
+    _crash_after(
+        tmp_path,
+        "log = manager.create_log('orders', 0, now_ms=0)\n"
+        "for _ in range(4):\n"
+        "    log.append_as_leader(_batch(), leader_epoch=0, now_ms=1)\n"
+        # The process dies halfway through writing a fifth batch.
+        "with open(log.active_segment.log_path, 'ab') as out:\n"
+        "    out.write(_batch()[:100])\n",
+    )
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+
+    again = _manager(tmp_path)
+    recovered = again.get_log("orders", 0)
+    assert recovered.log_end_offset == 12
+    assert recovered.recovered_bytes == 100
+    again.shutdown(now_ms=2)
+
+
+def test_a_partition_that_cannot_load_is_offline_and_the_rest_serve(tmp_path: Path) -> None:
+    manager = _manager(tmp_path)
+    manager.create_log("good", 0, now_ms=0).append_as_leader(_batch(), leader_epoch=0, now_ms=0)
+    manager.create_log("bad", 0, now_ms=0)
+    manager.shutdown(now_ms=1)
+    (tmp_path / "bad-0" / "leader-epoch-checkpoint").write_text("0\n2\nnot numbers\n")
+
+    again = _manager(tmp_path)
+    assert again.get_log("good", 0).log_end_offset == 3
+    assert ("bad", 0) in again.offline
+    assert "bad-0" in again.offline[("bad", 0)]
+    with pytest.raises(LogOffline, match="bad-0 is offline"):
+        again.get_log("bad", 0)
+    again.shutdown(now_ms=2)
+
+
+def test_partitions_spread_over_log_dirs_and_reload_from_each(tmp_path: Path) -> None:
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    manager = _manager(*dirs)
+    for partition in range(4):
+        manager.create_log("t", partition, now_ms=0)
+    assert {manager.log_dir_of("t", p) for p in range(4)} == set(dirs)
+    manager.shutdown(now_ms=1)
+    again = _manager(*dirs)
+    assert sorted(again.logs) == [("t", p) for p in range(4)]
+    again.shutdown(now_ms=2)
+
+
+def test_retention_renames_then_removes_after_the_delete_delay(tmp_path: Path) -> None:
+    config = LogConfig(
+        segment_bytes=2048, retention_ms=10_000, file_delete_delay_ms=1_000, index_interval_bytes=1
+    )
+    manager = LogManager([tmp_path], config)
+    manager.startup(now_ms=0)
+    log = manager.create_log("t", 0, now_ms=0)
+    for i in range(12):
+        log.append_as_leader(_batch(timestamp=i), leader_epoch=0, now_ms=i)
+    segments_before = len(log.segments)
+    assert segments_before > 2
+
+    manager.tick(now_ms=20_000)
+    assert len(log.segments) == 1
+    deleted = sorted(p.name for p in (tmp_path / "t-0").glob("*.deleted"))
+    assert len(deleted) == 3 * (segments_before - 1)
+    assert log.log_start_offset == log.active_segment.base_offset
+
+    manager.tick(now_ms=20_999)
+    assert list((tmp_path / "t-0").glob("*.deleted"))
+    manager.tick(now_ms=21_000)
+    assert not list((tmp_path / "t-0").glob("*.deleted"))
+    manager.shutdown(now_ms=21_001)
+
+
+def test_deleted_partition_directory_goes_after_the_delay(tmp_path: Path) -> None:
+    manager = _manager(tmp_path)
+    manager.create_log("gone", 0, now_ms=0).append_as_leader(_batch(), leader_epoch=0, now_ms=0)
+    manager.delete_log("gone", 0, now_ms=10)
+    assert not (tmp_path / "gone-0").exists()
+    [renamed] = [p for p in tmp_path.iterdir() if p.name.endswith("-delete")]
+    assert renamed.name.startswith("gone-0.")
+    manager.tick(now_ms=10 + CONFIG.file_delete_delay_ms)
+    assert not renamed.exists()
+    manager.shutdown(now_ms=2_000)
+
+
+def test_delete_records_is_checkpointed_at_once(tmp_path: Path) -> None:
+    _crash_after(
+        tmp_path,
+        "log = manager.create_log('t', 0, now_ms=0)\n"
+        "for _ in range(3):\n"
+        "    log.append_as_leader(_batch(), leader_epoch=0, now_ms=0)\n"
+        "assert manager.delete_records('t', 0, 4) == 4\n",
+    )
+    assert read_offset_checkpoint(tmp_path / "log-start-offset-checkpoint") == {("t", 0): 4}
+    again = _manager(tmp_path)
+    assert again.get_log("t", 0).log_start_offset == 4
+    again.shutdown(now_ms=1)
