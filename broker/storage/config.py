@@ -71,6 +71,15 @@ class LogConfig:
     def delete(self) -> bool:
         return "delete" in self.cleanup_policy
 
+    @property
+    def max_segment_ms(self) -> int:
+        """How old a segment's first batch may get before the segment rolls: `segment.ms`, or
+        `max.compaction.lag.ms` if smaller on a compacted topic, so that the cleaner can reach
+        every record within that lag (Kafka's `LogConfig.maxSegmentMs`)."""
+        if self.compact and self.max_compaction_lag_ms > 0:
+            return min(self.max_compaction_lag_ms, self.segment_ms)
+        return self.segment_ms
+
     @classmethod
     def from_properties(
         cls, properties: Mapping[str, str], defaults: LogConfig | None = None

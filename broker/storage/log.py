@@ -19,6 +19,7 @@ from pathlib import Path
 from broker.protocol.errors import MalformedInput
 from broker.protocol.records import BatchHeader, iter_batches, validate_batch
 
+from .cleaner import complete_interrupted_swaps
 from .config import LogConfig
 from .epochs import LeaderEpochCache
 from .errors import CorruptRecordError, OffsetOutOfRange, RecordTooLarge
@@ -92,6 +93,7 @@ class Log:
         for leftover in self.directory.iterdir():
             if leftover.name.endswith((DELETED_SUFFIX, ".cleaned", ".tmp")):
                 leftover.unlink()
+        complete_interrupted_swaps(self.directory)
         bases = sorted(
             int(m["base"])
             for m in (_SEGMENT_LOG.match(p.name) for p in self.directory.iterdir())
@@ -180,6 +182,8 @@ class Log:
                     f"below the log end offset {expected}"
                 )
             expected = header.next_offset
+        # Only batches that will be written may change the epoch cache.
+        for _, header in batches:
             self.epochs.assign(header.partition_leader_epoch, header.base_offset)
         prefixes = [bytes(view[p : p + _PREFIX.size]) for p, _ in batches]
         return self._append(view, batches, prefixes, now_ms)
@@ -199,6 +203,9 @@ class Log:
                     f"batch at byte {position} is {header.size} bytes, more than "
                     f"max.message.bytes={self.config.max_message_bytes}"
                 )
+        total = sum(header.size for _, header in batches)
+        if total > self.config.segment_bytes:
+            raise RecordTooLarge(f"{total} bytes do not fit in segment.bytes")
         return batches
 
     def _append(
@@ -209,8 +216,6 @@ class Log:
         now_ms: int,
     ) -> AppendInfo:
         total = sum(header.size for _, header in batches)
-        if total > self.config.segment_bytes:
-            raise RecordTooLarge(f"{total} bytes do not fit in segment.bytes")
         first = batches[0][1]
         if self.active_segment.should_roll(total, now_ms) or (
             batches[-1][1].last_offset - self.active_segment.base_offset > 2**31 - 1
@@ -313,8 +318,8 @@ class Log:
         for segment in self.segments:
             if segment.max_timestamp < timestamp:
                 continue
-            found = segment.find_offset_by_timestamp(timestamp)
-            if found is not None and found[0] >= self.log_start_offset:
+            found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
+            if found is not None:
                 offset, record_timestamp = found
                 return offset, record_timestamp, self.epochs.epoch_for_offset(offset)
         return None

@@ -4,7 +4,8 @@ What it owns, per `log.dirs` entry as Kafka lays it out: the `.lock` that keeps 
 process out, the clean-shutdown marker (`.kafka_cleanshutdown`) that lets the next start skip
 recovery, the `recovery-point-offset-checkpoint` and `log-start-offset-checkpoint` files, and
 asynchronous deletion (segments renamed `.deleted`, partition directories renamed
-`<topic>-<partition>.<id>-delete`, both removed `file.delete.delay.ms` later).
+`<topic>-<partition>.<id>-delete`, both removed `file.delete.delay.ms` later), and which
+compacted log the cleaner takes next (`cleaner-offset-checkpoint`).
 
 A partition whose log cannot be loaded is reported by name in `offline` and left alone; every
 other partition still loads. Time is an argument (`now_ms`): `tick` is called by the server.
@@ -22,6 +23,13 @@ from pathlib import Path
 from typing import TextIO
 
 from .checkpoints import read_offset_checkpoint, write_offset_checkpoint
+from .cleaner import (
+    CleanResult,
+    clean,
+    filthiest_log,
+    read_cleaner_checkpoint,
+    write_cleaner_checkpoint,
+)
 from .config import LogConfig
 from .errors import LogOffline, StorageError
 from .log import Log, parse_partition_dir
@@ -67,6 +75,7 @@ class LogManager:
         self._locks: list[TextIO] = []
         self._pending: list[_PendingDeletion] = []
         self._last_checkpoint_ms = 0
+        self._first_dirty: dict[TopicPartition, int] = {}
 
     # -- startup and shutdown ---------------------------------------------------------------
 
@@ -87,6 +96,7 @@ class LogManager:
         clean = marker.exists()
         recovery_points = read_offset_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
         start_offsets = read_offset_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
+        first_dirty = read_cleaner_checkpoint(log_dir)
         for child in sorted(log_dir.iterdir()):
             if not child.is_dir():
                 continue
@@ -114,6 +124,8 @@ class LogManager:
                 continue
             self.logs[key] = log
             self._dir_of[key] = log_dir
+            if key in first_dirty:
+                self._first_dirty[key] = first_dirty[key]
         # The marker is only true for the start right after a clean stop.
         marker.unlink(missing_ok=True)
         self._write_checkpoints(log_dir)
@@ -195,7 +207,9 @@ class LogManager:
         self._pending.append(
             _PendingDeletion(now_ms + log.config.file_delete_delay_ms, directory=target)
         )
-        self._dir_of.pop(key, None)
+        self._first_dirty.pop(key, None)
+        log_dir = self._dir_of.pop(key)
+        self._write_checkpoints(log_dir)
 
     def delete_records(self, topic: str, partition: int, offset: int) -> int:
         """DeleteRecords: advance the log start offset and checkpoint it at once, so that the
@@ -223,6 +237,33 @@ class LogManager:
         if now_ms - self._last_checkpoint_ms >= self.checkpoint_interval_ms:
             self.checkpoint()
             self._last_checkpoint_ms = now_ms
+
+    def clean_filthiest(
+        self, now_ms: int, *, high_watermarks: dict[TopicPartition, int] | None = None
+    ) -> tuple[TopicPartition, CleanResult] | None:
+        """One compaction round on the compacted log that needs it most, if any.
+
+        `high_watermarks` bounds what may be cleaned (never past what consumers may read).
+        Cleaning rewrites closed segments only; call it from the thread that owns the logs.
+        """
+        chosen = filthiest_log(
+            self.logs, self._first_dirty, now_ms, last_stable_offsets=high_watermarks
+        )
+        if chosen is None:
+            return None
+        key, _ = chosen
+        log = self.logs[key]
+        result = clean(
+            log,
+            self._first_dirty.get(key),
+            now_ms,
+            last_stable_offset=None if high_watermarks is None else high_watermarks.get(key),
+        )
+        self._first_dirty[key] = result.first_dirty_offset
+        if result.retired_segments:
+            self.retire(result.retired_segments, now_ms + log.config.file_delete_delay_ms)
+        self._write_checkpoints(self._dir_of[key])
+        return key, result
 
     def retire(self, segments: list[LogSegment], due_ms: int) -> None:
         """Segments already marked `.deleted`, to close and remove at `due_ms`."""
@@ -254,4 +295,7 @@ class LogManager:
         write_offset_checkpoint(
             log_dir / LOG_START_OFFSET_CHECKPOINT,
             {tp: log.log_start_offset for tp, log in logs.items()},
+        )
+        write_cleaner_checkpoint(
+            log_dir, {tp: offset for tp, offset in self._first_dirty.items() if tp in logs}
         )

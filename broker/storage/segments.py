@@ -33,6 +33,10 @@ from .indexes import IndexCorrupt, OffsetIndex, TimeIndex
 __all__ = ["FileSlice", "LogSegment", "segment_file_name"]
 
 DELETED_SUFFIX = ".deleted"
+CLEANED_SUFFIX = ".cleaned"
+"""A segment being written by the log cleaner; discarded when a log loads."""
+SWAP_SUFFIX = ".swap"
+"""A cleaned segment ready to replace the segments it covers; completed when a log loads."""
 _PREFIX = struct.Struct(">qii")
 _CHUNK = 1024 * 1024
 
@@ -56,24 +60,33 @@ class FileSlice:
 
 
 class LogSegment:
-    def __init__(self, directory: Path, base_offset: int, config: LogConfig, now_ms: int) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        config: LogConfig,
+        now_ms: int,
+        *,
+        file_suffix: str = "",
+    ) -> None:
+        """`file_suffix` names the files `<base>.log<suffix>`, … (`.cleaned` for compaction)."""
         self.base_offset = base_offset
         self.config = config
-        self.log_path = directory / segment_file_name(base_offset, ".log")
+        self.log_path = directory / segment_file_name(base_offset, ".log" + file_suffix)
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         self.size = os.fstat(self.fd).st_size
         self.created_ms = now_ms
         self.indexes_rebuilt = False
-        self.offset_index = self._open_offset_index(directory)
-        self.time_index = self._open_time_index(directory)
+        self.offset_index = self._open_offset_index(directory, file_suffix)
+        self.time_index = self._open_time_index(directory, file_suffix)
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.offset_of_max_timestamp = base_offset
         self.first_batch_timestamp: int | None = None
         self._bytes_since_index_entry = 0
 
-    def _open_offset_index(self, directory: Path) -> OffsetIndex:
-        path = directory / segment_file_name(self.base_offset, ".index")
+    def _open_offset_index(self, directory: Path, file_suffix: str) -> OffsetIndex:
+        path = directory / segment_file_name(self.base_offset, ".index" + file_suffix)
         self.indexes_rebuilt |= not path.exists()
         try:
             return OffsetIndex(path, self.base_offset, self.config.segment_index_bytes)
@@ -82,8 +95,8 @@ class LogSegment:
             self.indexes_rebuilt = True
             return OffsetIndex(path, self.base_offset, self.config.segment_index_bytes)
 
-    def _open_time_index(self, directory: Path) -> TimeIndex:
-        path = directory / segment_file_name(self.base_offset, ".timeindex")
+    def _open_time_index(self, directory: Path, file_suffix: str) -> TimeIndex:
+        path = directory / segment_file_name(self.base_offset, ".timeindex" + file_suffix)
         self.indexes_rebuilt |= not path.exists()
         try:
             return TimeIndex(path, self.base_offset)
@@ -150,7 +163,7 @@ class LogSegment:
         """Batches from the start of the file until the first torn, corrupt or out-of-order one."""
         position = 0
         expected = self.base_offset
-        while position + LOG_OVERHEAD <= self.size:
+        while position + BATCH_HEADER_SIZE <= self.size:
             (_, length, _) = _PREFIX.unpack(os.pread(self.fd, _PREFIX.size, position))
             size = length + LOG_OVERHEAD
             if length < BATCH_HEADER_SIZE - LOG_OVERHEAD or position + size > self.size:
@@ -212,7 +225,7 @@ class LogSegment:
             if self.first_batch_timestamp is not None and self.first_batch_timestamp >= 0
             else self.created_ms
         )
-        return now_ms - rolling_timestamp > self.config.segment_ms
+        return now_ms - rolling_timestamp > self.config.max_segment_ms
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -248,18 +261,21 @@ class LogSegment:
         found = self.find_batch(offset)
         return None if found is None else found[0]
 
-    def find_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record with timestamp >= `timestamp`."""
+    def find_offset_by_timestamp(
+        self, timestamp: int, start_offset: int = 0
+    ) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after `start_offset` (the log start)
+        with timestamp >= `timestamp`."""
         if self.max_timestamp < timestamp:
             return None
         _, indexed_offset = self.time_index.lookup(timestamp)
-        _, start = self.offset_index.lookup(indexed_offset)
+        _, start = self.offset_index.lookup(max(indexed_offset, start_offset))
         for position, header in self._scan_headers(start):
-            if header.max_timestamp < timestamp:
+            if header.max_timestamp < timestamp or header.last_offset < start_offset:
                 continue
             batch = os.pread(self.fd, header.size, position)
             for record in iter_records(batch):
-                if record.timestamp >= timestamp:
+                if record.timestamp >= timestamp and record.offset >= start_offset:
                     return record.offset, record.timestamp
         return None
 
@@ -320,6 +336,21 @@ class LogSegment:
             index.rename(target)
             renamed.append(target)
         return renamed
+
+    def change_file_suffix(self, old: str, new: str) -> None:
+        """Rename the `.log` file, then both indexes, from `<name><old>` to `<name><new>` (the
+        cleaner's `.cleaned` → `.swap` → final names); open slices keep working."""
+
+        def renamed(path: Path) -> Path:
+            if not path.name.endswith(old):
+                raise ValueError(f"{path.name} does not end with {old!r}")
+            return path.with_name(path.name.removesuffix(old) + new)
+
+        target = renamed(self.log_path)
+        os.replace(self.log_path, target)
+        self.log_path = target
+        for index in (self.offset_index, self.time_index):
+            index.rename(renamed(index.path))
 
     def close(self) -> None:
         self.offset_index.close()

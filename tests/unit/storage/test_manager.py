@@ -166,3 +166,42 @@ def test_delete_records_is_checkpointed_at_once(tmp_path: Path) -> None:
     again = _manager(tmp_path)
     assert again.get_log("t", 0).log_start_offset == 4
     again.shutdown(now_ms=1)
+
+
+def test_the_cleaner_compacts_the_filthiest_log_and_remembers_where_it_stopped(
+    tmp_path: Path,
+) -> None:
+    compacted = LogConfig(
+        segment_bytes=2048,
+        cleanup_policy=frozenset({"compact"}),
+        min_cleanable_dirty_ratio=0.1,
+        file_delete_delay_ms=0,
+    )
+    manager = LogManager([tmp_path], CONFIG)
+    manager.startup(now_ms=0)
+    log = manager.create_log("__consumer_offsets", 0, now_ms=0, config=compacted)
+    plain = manager.create_log("events", 0, now_ms=0)
+    for round_ in range(10):
+        for key in (b"a", b"b"):
+            batch = build_batch([Record(0, 1_000 + round_, key, b"v%d" % round_ * 50)])
+            log.append_as_leader(batch, leader_epoch=0, now_ms=round_)
+            plain.append_as_leader(batch, leader_epoch=0, now_ms=round_)
+    before = log.size_in_bytes
+
+    chosen = manager.clean_filthiest(now_ms=100)
+    assert chosen is not None
+    key, result = chosen
+    assert key == ("__consumer_offsets", 0)
+    assert log.size_in_bytes < before
+    assert result.first_dirty_offset > 0
+    manager.tick(now_ms=101)  # removes the retired segments
+    assert not list((tmp_path / "__consumer_offsets-0").glob("*.deleted"))
+    manager.shutdown(now_ms=102)
+
+    checkpoint = read_offset_checkpoint(tmp_path / "cleaner-offset-checkpoint")
+    assert checkpoint == {("__consumer_offsets", 0): result.first_dirty_offset}
+    again = LogManager([tmp_path], CONFIG)
+    again.startup(now_ms=200, configs={"__consumer_offsets": compacted})
+    # Nothing new is dirty: the next round has nothing to do.
+    assert again.clean_filthiest(now_ms=201) is None
+    again.shutdown(now_ms=202)

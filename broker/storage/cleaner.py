@@ -1,0 +1,702 @@
+"""Log compaction (`cleanup.policy=compact` and `compact,delete`), after Kafka's LogCleaner.
+
+A compacted log has a clean head and a dirty tail. The cleaner checkpoint of a log is its
+*first dirty offset*: everything below it has been cleaned. Kafka keeps it per log dir in
+`cleaner-offset-checkpoint` (`read_cleaner_checkpoint`, `write_cleaner_checkpoint`); the
+caller persists the `CleanResult.first_dirty_offset` of each round.
+
+Deciding (plain functions over segment sizes and timestamps, no I/O — `cleanable_range`,
+`needs_cleaning`, `filthiest_log`):
+- The cleanable range runs from the first dirty offset to the *first uncleanable offset*: the
+  active segment's base, the base of the first dirty segment holding a record newer than
+  `min.compaction.lag.ms` (its max timestamp is after `now - lag`), or the base of the segment
+  holding the last stable offset when the caller passes one (the high watermark; with
+  transactions it will be the first offset of an open transaction), whichever comes first.
+- dirty ratio = cleanable bytes / (clean bytes + cleanable bytes), whole segments, as Kafka
+  counts them. A log is cleaned when the ratio is above `min.cleanable.dirty.ratio`, or when
+  its oldest dirty segment's first batch is older than `max.compaction.lag.ms` and anything at
+  all is cleanable. A checkpoint below the log start or past the log end is reset to the log
+  start (Kafka does the same after truncation or DeleteRecords).
+
+Cleaning (`clean`):
+- An offset map key → latest offset is built over the dirty part of the cleanable range (at
+  most `max_map_entries` keys: a full map ends the round early, the rest stays dirty). Then
+  every closed segment from the start of the log to the last mapped offset is rewritten. A
+  record survives if its offset is past the map's last offset, or it has a key and no later
+  offset for that key is in the map, and it is not an expired tombstone. Records without a key
+  are dropped, as Kafka does (compacted topics refuse them on produce; older data may hold them).
+- Offsets are never renumbered. A batch that loses records is rebuilt with `build_batch`,
+  keeping its base offset, last offset delta (so the producer's last sequence stays right),
+  producer id, epoch and base sequence, leader epoch, codec and timestamp type; a batch that
+  loses nothing is copied byte for byte. An emptied batch goes, except the last data batch of
+  a producer that is still active (its last batch is younger than the producer id expiration,
+  Kafka's `producer.id.expiration.ms`): as in Kafka, its header stays as an empty batch (no
+  records, no compression, its original offsets and sequence) so producer state survives.
+- Tombstones follow Kafka ≥ 3.0 (KIP-534), with no file times involved: the first time a batch
+  holding a surviving tombstone is rewritten, it gets a *delete horizon* = `now +
+  delete.retention.ms`, stored as its base timestamp with attribute bit 6 set (record timestamp
+  deltas are relative to it, so record timestamps are unchanged). Tombstones in a batch whose
+  horizon has passed are removed by the next round; until then consumers still see them.
+- Control batches and transactional batches are copied untouched and their keys are not
+  mapped: transactions (aborted data, markers, the last stable offset) are out of scope here.
+- The active segment is never read for cleaning or written. Consecutive cleaned segments are
+  merged into one while their sizes sum to at most `segment.bytes`, their indexes to at most
+  `segment.index.bytes` and their offsets stay within 2**31 - 1 of the group's base offset. A
+  lone segment whose batches all come out unchanged is left as it is.
+
+Crash safety, as in Kafka: a group is written as `<base>.log.cleaned` (+ indexes) and fsynced,
+renamed `.swap`, swapped into the log in memory, the old segments renamed `.deleted` (they are
+returned for deletion after `file.delete.delay.ms`), and the `.swap` files renamed to their
+final names. When a log loads, `.cleaned` files are discarded and `complete_interrupted_swaps`
+finishes any swap: every segment file whose base offset the swap covers goes, then the swap
+files lose their suffix (an index without its swapped log is discarded and rebuilt).
+
+`clean` runs on a background thread in the server; it reads closed segments only and swaps
+with list assignments, but the caller must not truncate, retain or clean the same log at the
+same time. Time is an argument (`now_ms`), never read from a clock here.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import re
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+import google_crc32c
+
+from broker.protocol.errors import MalformedInput
+from broker.protocol.records import (
+    BATCH_HEADER_SIZE,
+    BatchHeader,
+    Record,
+    build_batch,
+    iter_records,
+    read_batch_header,
+)
+
+from .checkpoints import read_offset_checkpoint, write_offset_checkpoint
+from .config import LogConfig
+from .errors import CorruptRecordError
+from .indexes import OffsetIndex, TimeIndex
+from .segments import CLEANED_SUFFIX, SWAP_SUFFIX, LogSegment, segment_file_name
+
+if TYPE_CHECKING:
+    from .log import Log
+
+__all__ = [
+    "CLEANER_CHECKPOINT_FILE",
+    "PRODUCER_ID_EXPIRATION_MS",
+    "CleanResult",
+    "CleanableRange",
+    "clean",
+    "cleanable_range",
+    "complete_interrupted_swaps",
+    "filthiest_log",
+    "group_segments",
+    "needs_cleaning",
+    "read_cleaner_checkpoint",
+    "write_cleaner_checkpoint",
+]
+
+CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
+PRODUCER_ID_EXPIRATION_MS = 24 * 3600 * 1000
+"""Kafka's `producer.id.expiration.ms` default: a producer silent this long is no longer active."""
+
+_INT32_MAX = 2**31 - 1
+_WRITE_CHUNK_BYTES = 1024 * 1024
+_ATTRIBUTES = struct.Struct(">h")
+_CRC = struct.Struct(">I")
+_ATTRIBUTES_AT = 21
+_CRC_AT = 17
+_DELETE_HORIZON = 0x40
+_SEGMENT_FILE = re.compile(r"^(?P<base>\d{20})\.(?P<kind>log|index|timeindex)$")
+
+K = TypeVar("K")
+
+
+# -- the cleaner checkpoint ----------------------------------------------------------------
+
+
+def read_cleaner_checkpoint(log_dir: Path) -> dict[tuple[str, int], int]:
+    """First dirty offset of every partition in `<log dir>/cleaner-offset-checkpoint`."""
+    return read_offset_checkpoint(log_dir / CLEANER_CHECKPOINT_FILE)
+
+
+def write_cleaner_checkpoint(log_dir: Path, offsets: Mapping[tuple[str, int], int]) -> None:
+    """Replace the log dir's cleaner checkpoint atomically (write, fsync, rename)."""
+    write_offset_checkpoint(log_dir / CLEANER_CHECKPOINT_FILE, dict(offsets))
+
+
+# -- deciding what to clean ----------------------------------------------------------------
+
+
+class SegmentView(Protocol):
+    """What the decisions read of a segment (a `LogSegment` is one)."""
+
+    @property
+    def base_offset(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def max_timestamp(self) -> int: ...
+    @property
+    def first_batch_timestamp(self) -> int | None: ...
+
+
+class LogView(Protocol):
+    """What the decisions read of a log (a `Log` is one); the last segment is the active one."""
+
+    @property
+    def segments(self) -> Sequence[SegmentView]: ...
+    @property
+    def log_start_offset(self) -> int: ...
+    @property
+    def log_end_offset(self) -> int: ...
+    @property
+    def config(self) -> LogConfig: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CleanableRange:
+    """Kafka's `LogToClean`: where a log's dirty section starts and what may be cleaned now."""
+
+    first_dirty_offset: int
+    """The checkpoint to clean from, after checking it against the log's offsets."""
+    first_uncleanable_offset: int
+    """Base offset of the first segment that must stay as it is (active or too recent)."""
+    clean_bytes: int
+    cleanable_bytes: int
+    max_compaction_delay_ms: int
+    """How far past `max.compaction.lag.ms` the oldest dirty segment is (0: not past it)."""
+    checkpoint_reset: bool
+    """The checkpoint was outside the log and was reset to the log start offset."""
+
+    @property
+    def total_bytes(self) -> int:
+        return self.clean_bytes + self.cleanable_bytes
+
+    @property
+    def dirty_ratio(self) -> float:
+        return self.cleanable_bytes / self.total_bytes if self.total_bytes else 0.0
+
+    def should_clean(self, config: LogConfig) -> bool:
+        """Kafka's choice: past the max compaction lag with something to clean, or dirty
+        enough."""
+        if not config.compact or self.total_bytes == 0:
+            return False
+        if self.max_compaction_delay_ms > 0 and self.cleanable_bytes > 0:
+            return True
+        return self.dirty_ratio > config.min_cleanable_dirty_ratio
+
+
+def _floor(segments: Sequence[SegmentView], offset: int) -> int:
+    """Index of the segment holding `offset` (the last one based at or below it), else 0."""
+    bases = [segment.base_offset for segment in segments]
+    return max(bisect.bisect_right(bases, offset) - 1, 0)
+
+
+def _checked_first_dirty(checkpoint: int | None, start: int, end: int) -> tuple[int, bool]:
+    if checkpoint is None:
+        return start, False
+    if checkpoint < start or checkpoint > end:
+        return start, True
+    return checkpoint, False
+
+
+def cleanable_range(
+    log: LogView,
+    first_dirty_offset: int | None,
+    now_ms: int,
+    *,
+    last_stable_offset: int | None = None,
+) -> CleanableRange:
+    """What of `log` can be cleaned at `now_ms`, given its cleaner checkpoint (None: none yet,
+    clean from the log start). `last_stable_offset` is where the replication layer's high
+    watermark is (Kafka never cleans at or past it: records there may still be truncated); the
+    segment holding it is not cleaned."""
+    segments = log.segments
+    config = log.config
+    active = segments[-1]
+    first_dirty, reset = _checked_first_dirty(
+        first_dirty_offset, log.log_start_offset, log.log_end_offset
+    )
+    dirty = segments[_floor(segments, first_dirty) : -1]
+    uncleanable = active.base_offset
+    if last_stable_offset is not None:
+        uncleanable = min(uncleanable, last_stable_offset)
+    lag = max(config.min_compaction_lag_ms, 0)
+    if lag > 0:
+        for segment in dirty:
+            if segment.max_timestamp > now_ms - lag:
+                uncleanable = min(uncleanable, segment.base_offset)
+                break
+    uncleanable = max(first_dirty, uncleanable)
+    # The uncleanable section starts at a segment boundary.
+    if uncleanable >= active.base_offset:
+        first_uncleanable = active.base_offset
+    else:
+        first_uncleanable = segments[_floor(segments, uncleanable)].base_offset
+    low = _floor(segments, min(first_dirty, first_uncleanable))
+    cleanable_bytes = sum(
+        segment.size for segment in segments[low:] if segment.base_offset < first_uncleanable
+    )
+    clean_bytes = sum(segment.size for segment in segments if segment.base_offset < first_dirty)
+    return CleanableRange(
+        first_dirty_offset=first_dirty,
+        first_uncleanable_offset=first_uncleanable,
+        clean_bytes=clean_bytes,
+        cleanable_bytes=cleanable_bytes,
+        max_compaction_delay_ms=_max_compaction_delay(dirty, config, now_ms),
+        checkpoint_reset=reset,
+    )
+
+
+def _max_compaction_delay(dirty: Sequence[SegmentView], config: LogConfig, now_ms: int) -> int:
+    """Kafka's `maxCompactionDelay`: by how much the first batch of the oldest dirty closed
+    segment has outlived `max.compaction.lag.ms` (segments without timestamps do not count)."""
+    stamps = [
+        s.first_batch_timestamp
+        for s in dirty
+        if s.first_batch_timestamp is not None and s.first_batch_timestamp > 0
+    ]
+    if not stamps:
+        return 0
+    clean_until = now_ms - max(config.max_compaction_lag_ms, 0)
+    earliest = min(stamps)
+    return clean_until - earliest if earliest < clean_until else 0
+
+
+def needs_cleaning(
+    log: LogView,
+    first_dirty_offset: int | None,
+    now_ms: int,
+    *,
+    last_stable_offset: int | None = None,
+) -> bool:
+    """Whether a log with this cleaner checkpoint should be compacted at `now_ms`."""
+    found = cleanable_range(log, first_dirty_offset, now_ms, last_stable_offset=last_stable_offset)
+    return found.should_clean(log.config)
+
+
+def filthiest_log(
+    logs: Mapping[K, LogView],
+    checkpoints: Mapping[K, int],
+    now_ms: int,
+    *,
+    last_stable_offsets: Mapping[K, int] | None = None,
+) -> tuple[K, CleanableRange] | None:
+    """The log the cleaner takes next, as Kafka's `grabFilthiestCompactedLog`: among compacted
+    logs that should be cleaned, the one with the highest dirty ratio."""
+    best: tuple[K, CleanableRange] | None = None
+    for key, log in logs.items():
+        if not log.config.compact:
+            continue
+        lso = None if last_stable_offsets is None else last_stable_offsets.get(key)
+        found = cleanable_range(log, checkpoints.get(key), now_ms, last_stable_offset=lso)
+        if found.should_clean(log.config) and (
+            best is None or found.dirty_ratio > best[1].dirty_ratio
+        ):
+            best = key, found
+    return best
+
+
+def group_segments(
+    segments: Sequence[LogSegment], limit_offset: int, config: LogConfig
+) -> list[list[LogSegment]]:
+    """Consecutive segments cleaned into one, as Kafka's `groupSegmentsBySize`: the group's log
+    sizes sum to at most `segment.bytes`, each index's to at most `segment.index.bytes`, and
+    every offset stays within 2**31 - 1 of the group's base offset. `limit_offset` is the base
+    offset of the segment after the last one given."""
+    groups: list[list[LogSegment]] = []
+    i = 0
+    while i < len(segments):
+        group = [segments[i]]
+        log_bytes = segments[i].size
+        index_bytes = _offset_index_bytes(segments[i])
+        time_bytes = _time_index_bytes(segments[i])
+        i += 1
+        while i < len(segments):
+            candidate = segments[i]
+            following = segments[i + 1].base_offset if i + 1 < len(segments) else limit_offset
+            if (
+                log_bytes + candidate.size > config.segment_bytes
+                or index_bytes + _offset_index_bytes(candidate) > config.segment_index_bytes
+                or time_bytes + _time_index_bytes(candidate) > config.segment_index_bytes
+                or (candidate.size > 0 and following - 1 - group[0].base_offset > _INT32_MAX)
+            ):
+                break
+            group.append(candidate)
+            log_bytes += candidate.size
+            index_bytes += _offset_index_bytes(candidate)
+            time_bytes += _time_index_bytes(candidate)
+            i += 1
+        groups.append(group)
+    return groups
+
+
+def _offset_index_bytes(segment: LogSegment) -> int:
+    return len(segment.offset_index) * OffsetIndex.ENTRY_SIZE
+
+
+def _time_index_bytes(segment: LogSegment) -> int:
+    return len(segment.time_index) * TimeIndex.ENTRY_SIZE
+
+
+# -- cleaning --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CleanResult:
+    first_dirty_offset: int
+    """The new cleaner checkpoint: every offset below it has been cleaned."""
+    retired_segments: list[LogSegment]
+    """Old segments, out of the log and renamed `.deleted`: close and remove them after
+    `file.delete.delay.ms` (`LogManager.retire`)."""
+    bytes_before: int
+    """Size of the segments rewritten (or found unchanged) in this round."""
+    bytes_after: int
+    records_read: int
+    records_removed: int
+
+
+@dataclass(slots=True)
+class _OffsetMap:
+    keys: dict[bytes, int]
+    latest_offset: int
+    """The last offset the map accounts for: records after it are kept whatever their key."""
+
+
+def clean(
+    log: Log,
+    first_dirty_offset: int | None,
+    now_ms: int,
+    *,
+    last_stable_offset: int | None = None,
+    max_map_entries: int | None = None,
+    active_producers: Mapping[int, int] | None = None,
+    producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
+) -> CleanResult:
+    """Compact what is cleanable in `log` now, whatever its dirty ratio (`needs_cleaning`
+    decides whether to call this). `last_stable_offset`: as for `cleanable_range`.
+
+    `max_map_entries` bounds the offset map (Kafka's dedupe buffer); `active_producers` maps
+    producer id → offset of its last data batch, where the caller has producer state (by
+    default it comes from the batch headers, with producers silent for
+    `producer_id_expiration_ms` counted as gone).
+    """
+    if max_map_entries is not None and max_map_entries < 1:
+        raise ValueError("the offset map must hold at least one key")
+    found = cleanable_range(log, first_dirty_offset, now_ms, last_stable_offset=last_stable_offset)
+    if found.cleanable_bytes == 0:
+        return CleanResult(found.first_dirty_offset, [], 0, 0, 0, 0)
+    offset_map = _build_offset_map(
+        log, found.first_dirty_offset, found.first_uncleanable_offset, max_map_entries
+    )
+    if offset_map.latest_offset < found.first_dirty_offset:
+        # No batch at all in the dirty range: it is as clean as it gets.
+        return CleanResult(found.first_uncleanable_offset, [], 0, 0, 0, 0)
+    end_offset = offset_map.latest_offset + 1
+    closed = log.segments[:-1]
+    count = sum(1 for segment in closed if segment.base_offset < end_offset)
+    if active_producers is None:
+        active_producers = _active_producers(log, now_ms, producer_id_expiration_ms)
+    rewrite = _Rewrite(offset_map, now_ms, log.config.delete_retention_ms, active_producers, 0, 0)
+    retired: list[LogSegment] = []
+    before = after = 0
+    for group in group_segments(closed[:count], log.segments[count].base_offset, log.config):
+        before += sum(segment.size for segment in group)
+        cleaned = _clean_group(log, group, rewrite, now_ms)
+        if cleaned is None:
+            after += sum(segment.size for segment in group)
+        else:
+            after += cleaned.size
+            retired.extend(group)
+    return CleanResult(
+        end_offset, retired, before, after, rewrite.records_read, rewrite.records_removed
+    )
+
+
+def _build_offset_map(log: Log, start: int, end: int, max_entries: int | None) -> _OffsetMap:
+    """key → latest offset over the records in [start, end) of the closed segments."""
+    offset_map = _OffsetMap({}, -1)
+    keys = offset_map.keys
+    segments = log.segments
+    for segment in segments[_floor(segments, start) : -1]:
+        if segment.base_offset >= end:
+            break
+        for position, header in segment.batches():
+            if header.last_offset < start:
+                continue
+            if not (header.is_control or header.is_transactional):
+                data = segment.read_batch(position, header)
+                for record in _records(data, segment, position):
+                    if record.key is None or record.offset < start:
+                        continue
+                    full = max_entries is not None and len(keys) >= max_entries
+                    if full and record.key not in keys:
+                        # The map covers everything before this record; the rest stays dirty.
+                        offset_map.latest_offset = record.offset - 1
+                        return offset_map
+                    keys[record.key] = record.offset
+            offset_map.latest_offset = header.last_offset
+    return offset_map
+
+
+def _records(data: bytes, segment: LogSegment, position: int) -> list[Record]:
+    try:
+        return list(iter_records(data))
+    except MalformedInput as exc:
+        raise CorruptRecordError(
+            f"{segment.log_path} at byte {position}: cannot be compacted: {exc}"
+        ) from exc
+
+
+def _active_producers(log: Log, now_ms: int, expiration_ms: int) -> dict[int, int]:
+    """producer id → last offset of its last data batch, for producers heard from within
+    `expiration_ms` (Kafka expires the others from its producer state)."""
+    last: dict[int, tuple[int, int]] = {}
+    for segment in log.segments:
+        for _, header in segment.batches():
+            if header.producer_id >= 0 and not header.is_control:
+                last[header.producer_id] = (header.last_offset, header.max_timestamp)
+    return {
+        producer: offset
+        for producer, (offset, timestamp) in last.items()
+        if now_ms - timestamp < expiration_ms
+    }
+
+
+@dataclass(slots=True)
+class _Rewrite:
+    """What a cleaning round does to each batch: Kafka's record filter."""
+
+    offset_map: _OffsetMap
+    now_ms: int
+    delete_retention_ms: int
+    active_producers: Mapping[int, int]
+    records_read: int
+    records_removed: int
+
+    def batch(
+        self, data: bytes, header: BatchHeader, segment: LogSegment, position: int
+    ) -> bytes | None:
+        """`data` itself if the batch stays as it is, a rebuilt batch, or None if it goes."""
+        if header.is_control or header.is_transactional:
+            return data
+        horizon = header.base_timestamp if header.has_delete_horizon else None
+        records = _records(data, segment, position)
+        retained = [record for record in records if self._retains(record, horizon)]
+        self.records_read += len(records)
+        self.records_removed += len(records) - len(retained)
+        if not retained:
+            if not self._is_last_of_active_producer(header):
+                return None
+            return data if not records else _empty_batch(header)
+        needs_horizon = horizon is None and any(record.value is None for record in retained)
+        if len(retained) == len(records) and not needs_horizon:
+            return data
+        if needs_horizon:
+            horizon = self.now_ms + self.delete_retention_ms
+        return _rebuilt(header, retained, horizon)
+
+    def _retains(self, record: Record, horizon: int | None) -> bool:
+        if record.offset > self.offset_map.latest_offset:
+            return True
+        if record.key is None:
+            return False
+        if record.offset < self.offset_map.keys.get(record.key, -1):
+            return False
+        return record.value is not None or horizon is None or self.now_ms < horizon
+
+    def _is_last_of_active_producer(self, header: BatchHeader) -> bool:
+        return (
+            header.producer_id >= 0
+            and self.active_producers.get(header.producer_id) == header.last_offset
+        )
+
+
+def _rebuilt(header: BatchHeader, records: list[Record], horizon: int | None) -> bytes:
+    data = build_batch(
+        records,
+        codec=header.codec,
+        base_offset=header.base_offset,
+        last_offset_delta=header.last_offset_delta,
+        base_timestamp=horizon,
+        max_timestamp=header.max_timestamp if header.is_log_append_time else None,
+        partition_leader_epoch=header.partition_leader_epoch,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        log_append_time=header.is_log_append_time,
+    )
+    return data if horizon is None else _with_delete_horizon_flag(data)
+
+
+def _empty_batch(header: BatchHeader) -> bytes:
+    """Kafka's `writeEmptyHeader`: the batch's offsets, producer and sequence, no records."""
+    return build_batch(
+        [],
+        base_offset=header.base_offset,
+        last_offset_delta=header.last_offset_delta,
+        base_timestamp=header.max_timestamp,
+        max_timestamp=header.max_timestamp,
+        partition_leader_epoch=header.partition_leader_epoch,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        log_append_time=header.is_log_append_time,
+    )
+
+
+def _with_delete_horizon_flag(data: bytes) -> bytes:
+    """Set attribute bit 6 (the base timestamp is the delete horizon) and redo the CRC."""
+    batch = bytearray(data)
+    (attributes,) = _ATTRIBUTES.unpack_from(batch, _ATTRIBUTES_AT)
+    _ATTRIBUTES.pack_into(batch, _ATTRIBUTES_AT, attributes | _DELETE_HORIZON)
+    crc = int(google_crc32c.value(bytes(batch[_ATTRIBUTES_AT:])))
+    _CRC.pack_into(batch, _CRC_AT, crc)
+    return bytes(batch)
+
+
+def _clean_group(
+    log: Log, group: list[LogSegment], rewrite: _Rewrite, now_ms: int
+) -> LogSegment | None:
+    """Clean `group` into one new segment and swap it in; None if nothing would change."""
+    base = group[0].base_offset
+    _remove_segment_files(log.directory, base, CLEANED_SUFFIX)
+    cleaned = LogSegment(log.directory, base, log.config, now_ms, file_suffix=CLEANED_SUFFIX)
+    try:
+        changed = len(group) > 1
+        for segment in group:
+            changed = _clean_into(cleaned, segment, rewrite) or changed
+        if changed:
+            cleaned.flush()
+    except BaseException:
+        _discard(cleaned)
+        raise
+    if not changed:
+        _discard(cleaned)
+        return None
+    cleaned.change_file_suffix(CLEANED_SUFFIX, SWAP_SUFFIX)
+    _fsync_dir(log.directory)
+    log.replace_segments([cleaned], group)
+    for segment in group:
+        segment.mark_deleted()
+    cleaned.change_file_suffix(SWAP_SUFFIX, "")
+    _fsync_dir(log.directory)
+    return cleaned
+
+
+def _clean_into(dest: LogSegment, source: LogSegment, rewrite: _Rewrite) -> bool:
+    """Append what survives of `source` to `dest`; True if anything changed."""
+    changed = False
+    chunk = bytearray()
+    placed: list[tuple[int, BatchHeader]] = []
+    for position, header in source.batches():
+        data = source.read_batch(position, header)
+        kept = rewrite.batch(data, header, source, position)
+        if kept is not data:
+            changed = True
+        if kept is None:
+            continue
+        placed.append((len(chunk), header if kept is data else read_batch_header(kept)))
+        chunk += kept
+        if len(chunk) >= _WRITE_CHUNK_BYTES:
+            _append(dest, chunk, placed)
+            chunk, placed = bytearray(), []
+    if placed:
+        _append(dest, chunk, placed)
+    return changed
+
+
+def _append(dest: LogSegment, chunk: bytearray, placed: list[tuple[int, BatchHeader]]) -> None:
+    with memoryview(chunk) as view:
+        prefixes = [bytes(view[position : position + 16]) for position, _ in placed]
+        dest.append(view, placed, prefixes)
+
+
+def _discard(segment: LogSegment) -> None:
+    segment.close()
+    for path in (segment.log_path, segment.offset_index.path, segment.time_index.path):
+        path.unlink(missing_ok=True)
+
+
+def _remove_segment_files(directory: Path, base_offset: int, suffix: str) -> None:
+    for kind in (".log", ".index", ".timeindex"):
+        (directory / segment_file_name(base_offset, kind + suffix)).unlink(missing_ok=True)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -- recovery --------------------------------------------------------------------------------
+
+
+def complete_interrupted_swaps(directory: Path) -> list[Path]:
+    """Finish a swap that a crash interrupted (Kafka's LogLoader), before the segments load.
+
+    Every segment file (`.log`, `.index`, `.timeindex`) whose base offset lies between the
+    lowest base offset and the highest next offset of the `.log.swap` files goes: those are
+    the segments the swap replaces. Then the swap files lose their suffix. An index `.swap`
+    without its `.log.swap` is discarded (its log was already renamed), so that index is
+    rebuilt. Returns the completed `.log` files.
+    """
+    swaps: list[tuple[Path, int, str]] = []
+    for path in directory.iterdir():
+        if not path.name.endswith(SWAP_SUFFIX):
+            continue
+        match = _SEGMENT_FILE.match(path.name.removesuffix(SWAP_SUFFIX))
+        if match is not None:
+            swaps.append((path, int(match["base"]), match["kind"]))
+    logs = {base: path for path, base, kind in swaps if kind == "log"}
+    for path, base, kind in swaps:
+        if kind != "log" and base not in logs:
+            path.unlink()
+    if not logs:
+        return []
+    low = min(logs)
+    high = max(max(_next_offset(path, base), base + 1) for base, path in logs.items())
+    for path in directory.iterdir():
+        match = _SEGMENT_FILE.match(path.name)
+        if match is not None and low <= int(match["base"]) < high:
+            path.unlink()
+    completed = []
+    for path, base, _ in swaps:
+        if base in logs:
+            final = path.with_name(path.name.removesuffix(SWAP_SUFFIX))
+            os.replace(path, final)
+            if final.name.endswith(".log"):
+                completed.append(final)
+    _fsync_dir(directory)
+    return sorted(completed)
+
+
+def _next_offset(path: Path, base_offset: int) -> int:
+    """The offset after the last whole batch of a segment file, from its headers alone."""
+    next_offset = base_offset
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        position = 0
+        while position + BATCH_HEADER_SIZE <= size:
+            try:
+                header = read_batch_header(os.pread(fd, BATCH_HEADER_SIZE, position))
+            except MalformedInput:
+                break
+            if position + header.size > size:
+                break
+            next_offset = header.next_offset
+            position += header.size
+    finally:
+        os.close(fd)
+    return next_offset
