@@ -182,8 +182,8 @@ def test_the_cleaner_compacts_the_filthiest_log_and_remembers_where_it_stopped(
     log = manager.create_log("__consumer_offsets", 0, now_ms=0, config=compacted)
     plain = manager.create_log("events", 0, now_ms=0)
     for round_ in range(10):
-        for key in (b"a", b"b"):
-            batch = build_batch([Record(0, 1_000 + round_, key, b"v%d" % round_ * 50)])
+        for record_key in (b"a", b"b"):
+            batch = build_batch([Record(0, 1_000 + round_, record_key, b"v%d" % round_ * 50)])
             log.append_as_leader(batch, leader_epoch=0, now_ms=round_)
             plain.append_as_leader(batch, leader_epoch=0, now_ms=round_)
     before = log.size_in_bytes
