@@ -185,7 +185,12 @@ class LogSegment:
         if header.max_timestamp > self.max_timestamp:
             self.max_timestamp = header.max_timestamp
             self.offset_of_max_timestamp = header.last_offset
-        if index and self._bytes_since_index_entry > self.config.index_interval_bytes:
+        # A full index only makes the index sparser; the segment rolls before the next append.
+        if (
+            index
+            and self._bytes_since_index_entry > self.config.index_interval_bytes
+            and not self.offset_index.is_full
+        ):
             self.offset_index.append(header.last_offset, position)
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
             self._bytes_since_index_entry = 0
