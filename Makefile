@@ -6,8 +6,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
-.PHONY: install run test test-unit test-integration lint format clean
+.PHONY: install run test test-unit test-integration lint format clean bench-storage
 
 install: $(STAMP)
 
@@ -18,7 +19,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: install
-	$(BIN)/gregor local up
+	$(BIN)/gregor local up --data-dir var/local --port 9092
 
 test: install lint
 	$(BIN)/pytest $(PYTEST_ARGS)
@@ -38,6 +39,9 @@ lint: install
 format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
+
+bench-storage: install
+	$(BIN)/python -m bench.storage $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache .hypothesis
