@@ -20,6 +20,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import google_crc32c
 
@@ -33,6 +34,7 @@ __all__ = [
     "BatchHeader",
     "Record",
     "build_batch",
+    "check_batch",
     "iter_batches",
     "iter_records",
     "read_batch_header",
@@ -62,8 +64,7 @@ _CONTROL = 0x20
 _DELETE_HORIZON = 0x40
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
+class BatchHeader(NamedTuple):
     base_offset: int
     batch_length: int
     partition_leader_epoch: int
@@ -130,14 +131,26 @@ def read_batch_header(buf: Buffer, position: int = 0) -> BatchHeader:
     partial batch); `validate_batch` checks the whole batch.
     """
     view = memoryview(buf)
-    where = f"record batch at byte {position}"
     if position < 0 or len(view) - position < BATCH_HEADER_SIZE:
         raise MalformedInput(
             f"{max(len(view) - position, 0)} bytes cannot hold a {BATCH_HEADER_SIZE}-byte batch "
             "header",
-            where=where,
+            where=f"record batch at byte {position}",
         )
-    header = BatchHeader(*_HEADER.unpack_from(view, position))
+    header = BatchHeader._make(_HEADER.unpack_from(view, position))
+    if (
+        header.magic != MAGIC
+        or header.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD
+        or header.attributes & _CODEC_MASK > Codec.ZSTD
+        or header.last_offset_delta < 0
+        or header.records_count < 0
+    ):
+        _reject_header(header, position)
+    return header
+
+
+def _reject_header(header: BatchHeader, position: int) -> None:
+    where = f"record batch at byte {position}"
     if header.magic != MAGIC:
         raise MalformedInput(
             f"magic {header.magic} is not supported, only record batches v2", where=where
@@ -148,13 +161,11 @@ def read_batch_header(buf: Buffer, position: int = 0) -> BatchHeader:
         raise MalformedInput(
             f"unknown compression codec {header.attributes & _CODEC_MASK}", where=where
         )
-    if header.last_offset_delta < 0 or header.records_count < 0:
-        raise MalformedInput(
-            f"negative last offset delta {header.last_offset_delta} or record count "
-            f"{header.records_count}",
-            where=where,
-        )
-    return header
+    raise MalformedInput(
+        f"negative last offset delta {header.last_offset_delta} or record count "
+        f"{header.records_count}",
+        where=where,
+    )
 
 
 def _crc(view: memoryview, position: int, header: BatchHeader) -> int:
@@ -167,18 +178,23 @@ def validate_batch(buf: Buffer, position: int = 0) -> BatchHeader:
     """Check that a whole, uncorrupted batch starts at `position` and return its header."""
     view = memoryview(buf)
     header = read_batch_header(view, position)
-    where = f"record batch at byte {position}"
+    check_batch(view, position, header)
+    return header
+
+
+def check_batch(view: memoryview, position: int, header: BatchHeader) -> None:
+    """`validate_batch` for a header already read: the batch is whole and its CRC matches."""
     if position + header.size > len(view):
         raise MalformedInput(
-            f"batch of {header.size} bytes is truncated to {len(view) - position}", where=where
+            f"batch of {header.size} bytes is truncated to {len(view) - position}",
+            where=f"record batch at byte {position}",
         )
     actual = _crc(view, position, header)
     if actual != header.crc:
         raise MalformedInput(
             f"CRC mismatch: header says {header.crc:#010x}, records give {actual:#010x}",
-            where=where,
+            where=f"record batch at byte {position}",
         )
-    return header
 
 
 def iter_batches(

@@ -13,11 +13,18 @@ import bisect
 import re
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from broker.protocol.errors import MalformedInput
-from broker.protocol.records import BatchHeader, iter_batches, validate_batch
+from broker.protocol.records import (
+    BATCH_HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    check_batch,
+    iter_batches,
+    read_batch_header,
+)
 
 from .cleaner import complete_interrupted_swaps
 from .config import LogConfig
@@ -40,8 +47,7 @@ def parse_partition_dir(name: str) -> tuple[str, int]:
     return match["topic"], int(match["partition"])
 
 
-@dataclass(frozen=True, slots=True)
-class AppendInfo:
+class AppendInfo(NamedTuple):
     """What a produce response reports about an append."""
 
     first_offset: int
@@ -154,21 +160,56 @@ class Log:
     def append_as_leader(self, records: bytes, *, leader_epoch: int, now_ms: int) -> AppendInfo:
         """Validate the batches, assign them the next offsets and stamp the leader epoch."""
         view = memoryview(records)
+        if len(view) >= BATCH_HEADER_SIZE:
+            # One batch per partition is what producers send: its own, leaner path.
+            try:
+                header = read_batch_header(view)
+            except MalformedInput as exc:
+                raise CorruptRecordError(str(exc)) from exc
+            if header.batch_length + LOG_OVERHEAD == len(view):
+                return self._append_one(view, header, leader_epoch, now_ms)
         batches = self._validated(view)
-        next_offset = self.log_end_offset
+        log_end_offset = next_offset = self.segments[-1].next_offset
         assigned: list[tuple[int, BatchHeader]] = []
         prefixes: list[bytes] = []
         for position, header in batches:
-            if header.records_count != header.last_offset_delta + 1:
-                raise CorruptRecordError(
-                    f"batch at byte {position} has {header.records_count} records but last "
-                    f"offset delta {header.last_offset_delta}"
-                )
+            _check_record_count(position, header)
+            count = header.last_offset_delta + 1
             prefixes.append(_PREFIX.pack(next_offset, header.batch_length, leader_epoch))
             assigned.append((position, _with_offsets(header, next_offset, leader_epoch)))
-            next_offset += header.last_offset_delta + 1
-        self.epochs.assign(leader_epoch, self.log_end_offset)
+            next_offset += count
+        self.epochs.assign(leader_epoch, log_end_offset)
         return self._append(view, assigned, prefixes, now_ms)
+
+    def _append_one(
+        self, view: memoryview, header: BatchHeader, leader_epoch: int, now_ms: int
+    ) -> AppendInfo:
+        """`append_as_leader` for a request holding exactly one batch, without the lists."""
+        size = self._check(view, 0, header)
+        if size > self.config.segment_bytes:
+            raise RecordTooLarge(f"{size} bytes do not fit in segment.bytes")
+        _check_record_count(0, header)
+        segment = self.segments[-1]
+        first_offset = segment.next_offset
+        last_offset = first_offset + header.last_offset_delta
+        self.epochs.assign(leader_epoch, first_offset)
+        if segment.should_roll(size, now_ms) or last_offset - segment.base_offset > 2**31 - 1:
+            segment = self.roll(now_ms, first_offset)
+        prefix = _PREFIX.pack(first_offset, header.batch_length, leader_epoch)
+        segment.append_one(view, prefix, size, header.max_timestamp, last_offset)
+        count = header.last_offset_delta + 1
+        self._unflushed_records += count
+        has_timestamp = header.max_timestamp > -1
+        info = AppendInfo(
+            first_offset=first_offset,
+            last_offset=last_offset,
+            max_timestamp=header.max_timestamp if has_timestamp else -1,
+            offset_of_max_timestamp=last_offset if has_timestamp else first_offset,
+            log_start_offset=self.log_start_offset,
+            record_count=count,
+        )
+        self.maybe_flush(now_ms)
+        return info
 
     def append_as_follower(self, records: bytes, *, now_ms: int) -> AppendInfo:
         """Append batches that already carry their offsets and epochs (replication)."""
@@ -191,22 +232,30 @@ class Log:
     def _validated(self, view: memoryview) -> list[tuple[int, BatchHeader]]:
         try:
             batches = list(iter_batches(view))
-            for position, _ in batches:
-                validate_batch(view, position)
         except MalformedInput as exc:
             raise CorruptRecordError(str(exc)) from exc
         if not batches:
             raise CorruptRecordError("no record batch to append")
+        total = 0
         for position, header in batches:
-            if header.size > self.config.max_message_bytes:
-                raise RecordTooLarge(
-                    f"batch at byte {position} is {header.size} bytes, more than "
-                    f"max.message.bytes={self.config.max_message_bytes}"
-                )
-        total = sum(header.size for _, header in batches)
+            total += self._check(view, position, header)
         if total > self.config.segment_bytes:
             raise RecordTooLarge(f"{total} bytes do not fit in segment.bytes")
         return batches
+
+    def _check(self, view: memoryview, position: int, header: BatchHeader) -> int:
+        """The checks every appended batch passes (whole, CRC, size); returns its size."""
+        try:
+            check_batch(view, position, header)
+        except MalformedInput as exc:
+            raise CorruptRecordError(str(exc)) from exc
+        size = header.batch_length + LOG_OVERHEAD
+        if size > self.config.max_message_bytes:
+            raise RecordTooLarge(
+                f"batch at byte {position} is {size} bytes, more than "
+                f"max.message.bytes={self.config.max_message_bytes}"
+            )
+        return size
 
     def _append(
         self,
@@ -215,22 +264,26 @@ class Log:
         prefixes: list[bytes],
         now_ms: int,
     ) -> AppendInfo:
-        total = sum(header.size for _, header in batches)
         first = batches[0][1]
-        if self.active_segment.should_roll(total, now_ms) or (
-            batches[-1][1].last_offset - self.active_segment.base_offset > 2**31 - 1
-        ):
-            self.roll(now_ms, first.base_offset)
-        self.active_segment.append(view, batches, prefixes)
-        records = sum(header.records_count for _, header in batches)
-        self._unflushed_records += records
+        total = records = 0
         max_timestamp, offset_of_max = -1, first.base_offset
         for _, header in batches:
+            total += header.batch_length
+            records += header.records_count
             if header.max_timestamp > max_timestamp:
-                max_timestamp, offset_of_max = header.max_timestamp, header.last_offset
+                max_timestamp = header.max_timestamp
+                offset_of_max = header.base_offset + header.last_offset_delta
+        total += LOG_OVERHEAD * len(batches)
+        last = batches[-1][1]
+        last_offset = last.base_offset + last.last_offset_delta
+        segment = self.segments[-1]
+        if segment.should_roll(total, now_ms) or last_offset - segment.base_offset > 2**31 - 1:
+            segment = self.roll(now_ms, first.base_offset)
+        segment.append(view, batches, prefixes)
+        self._unflushed_records += records
         info = AppendInfo(
             first_offset=first.base_offset,
-            last_offset=batches[-1][1].last_offset,
+            last_offset=last_offset,
             max_timestamp=max_timestamp,
             offset_of_max_timestamp=offset_of_max,
             log_start_offset=self.log_start_offset,
@@ -441,19 +494,14 @@ class Log:
         )
 
 
+def _check_record_count(position: int, header: BatchHeader) -> None:
+    """A producer's batch holds records with offset deltas 0..n-1 (Kafka: INVALID_RECORD)."""
+    if header.records_count != header.last_offset_delta + 1:
+        raise CorruptRecordError(
+            f"batch at byte {position} has {header.records_count} records but last "
+            f"offset delta {header.last_offset_delta}"
+        )
+
+
 def _with_offsets(header: BatchHeader, base_offset: int, leader_epoch: int) -> BatchHeader:
-    return BatchHeader(
-        base_offset,
-        header.batch_length,
-        leader_epoch,
-        header.magic,
-        header.crc,
-        header.attributes,
-        header.last_offset_delta,
-        header.base_timestamp,
-        header.max_timestamp,
-        header.producer_id,
-        header.producer_epoch,
-        header.base_sequence,
-        header.records_count,
-    )
+    return BatchHeader._make((base_offset, header.batch_length, leader_epoch, *header[3:]))

@@ -39,6 +39,8 @@ SWAP_SUFFIX = ".swap"
 """A cleaned segment ready to replace the segments it covers; completed when a log loads."""
 _PREFIX = struct.Struct(">qii")
 _CHUNK = 1024 * 1024
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+"""Buffers one `pwritev` may take (1024 on Linux): a follower's fetch can carry more batches."""
 
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
@@ -180,22 +182,33 @@ class LogSegment:
 
     def _observe(self, position: int, header: BatchHeader, *, index: bool) -> None:
         """Account for a batch now in the file at `position`."""
+        self._account(
+            position,
+            header.batch_length + LOG_OVERHEAD,
+            header.max_timestamp,
+            header.base_offset + header.last_offset_delta,
+            index=index,
+        )
+
+    def _account(
+        self, position: int, size: int, max_timestamp: int, last_offset: int, *, index: bool
+    ) -> None:
         if self.first_batch_timestamp is None:
-            self.first_batch_timestamp = header.max_timestamp
-        if header.max_timestamp > self.max_timestamp:
-            self.max_timestamp = header.max_timestamp
-            self.offset_of_max_timestamp = header.last_offset
+            self.first_batch_timestamp = max_timestamp
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+            self.offset_of_max_timestamp = last_offset
         # A full index only makes the index sparser; the segment rolls before the next append.
         if (
             index
             and self._bytes_since_index_entry > self.config.index_interval_bytes
             and not self.offset_index.is_full
         ):
-            self.offset_index.append(header.last_offset, position)
+            self.offset_index.append(last_offset, position)
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
             self._bytes_since_index_entry = 0
-        self._bytes_since_index_entry += header.size
-        self.next_offset = header.next_offset
+        self._bytes_since_index_entry += size
+        self.next_offset = last_offset + 1
 
     # -- appending -------------------------------------------------------------------------
 
@@ -205,18 +218,33 @@ class LogSegment:
         """Write batches whose first 16 bytes are replaced by `prefixes` (patched offsets and
         leader epochs); `batches` are (position in `data`, header with the assigned offsets)."""
         buffers: list[bytes | memoryview] = []
+        expected = 0
         for (position, header), prefix in zip(batches, prefixes, strict=True):
+            size = header.batch_length + LOG_OVERHEAD
             buffers.append(prefix)
-            buffers.append(data[position + len(prefix) : position + header.size])
-        written = os.pwritev(self.fd, buffers, self.size)
-        expected = sum(header.size for _, header in batches)
+            buffers.append(data[position + len(prefix) : position + size])
+            expected += size
+        written = 0
+        for start in range(0, len(buffers), _IOV_MAX):
+            written += os.pwritev(self.fd, buffers[start : start + _IOV_MAX], self.size + written)
         if written != expected:
             raise OSError(f"short write to {self.log_path}: {written} of {expected} bytes")
         position = self.size
         for _, header in batches:
             self._observe(position, header, index=True)
-            position += header.size
+            position += header.batch_length + LOG_OVERHEAD
         self.size = position
+
+    def append_one(
+        self, data: memoryview, prefix: bytes, size: int, max_timestamp: int, last_offset: int
+    ) -> None:
+        """`append` for a single batch that is the whole of `data` (what producers send)."""
+        position = self.size
+        written = os.pwritev(self.fd, (prefix, data[len(prefix) :]), position)
+        if written != size:
+            raise OSError(f"short write to {self.log_path}: {written} of {size} bytes")
+        self._account(position, size, max_timestamp, last_offset, index=True)
+        self.size = position + size
 
     def should_roll(self, incoming_bytes: int, now_ms: int) -> bool:
         if self.size == 0:

@@ -10,7 +10,17 @@ from broker.protocol.records import Record, build_batch, validate_batch
 from broker.storage import CorruptRecordError, LogConfig, OffsetOutOfRange, RecordTooLarge
 from broker.storage.errors import StorageError
 
-from .logs import SMALL, LogOpener, batch, consume, file_sizes, fill, headers, records_of
+from .logs import (
+    SMALL,
+    LogOpener,
+    batch,
+    consume,
+    file_sizes,
+    fill,
+    headers,
+    offsets_of,
+    records_of,
+)
 
 
 def test_leader_append_assigns_contiguous_offsets_and_stamps_the_epoch(open_log: LogOpener) -> None:
@@ -281,3 +291,13 @@ def test_a_read_in_an_offset_gap_returns_the_next_batch(open_log: LogOpener) -> 
     assert expected(5) == [10, 11, 20]
     assert expected(12) == [20]
     log.close(now_ms=1)
+
+
+def test_a_follower_fetch_of_many_small_batches_is_appended_whole(open_log: LogOpener) -> None:
+    """More batches than one pwritev can take (IOV_MAX is 1024 buffers on Linux)."""
+    many = b"".join(batch(1, offset=i, epoch=0) for i in range(1500))
+    log = open_log(LogConfig())
+    info = log.append_as_follower(many, now_ms=0)
+    assert (info.first_offset, info.last_offset) == (0, 1499)
+    assert log.log_end_offset == 1500
+    assert offsets_of(log) == list(range(1500))
