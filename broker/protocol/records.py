@@ -62,6 +62,7 @@ _LOG_APPEND_TIME = 0x08
 _TRANSACTIONAL = 0x10
 _CONTROL = 0x20
 _DELETE_HORIZON = 0x40
+_MAX_CODEC = int(Codec.ZSTD)
 
 
 class BatchHeader(NamedTuple):
@@ -141,7 +142,7 @@ def read_batch_header(buf: Buffer, position: int = 0) -> BatchHeader:
     if (
         header.magic != MAGIC
         or header.batch_length < BATCH_HEADER_SIZE - LOG_OVERHEAD
-        or header.attributes & _CODEC_MASK > Codec.ZSTD
+        or header.attributes & _CODEC_MASK > _MAX_CODEC
         or header.last_offset_delta < 0
         or header.records_count < 0
     ):

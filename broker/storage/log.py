@@ -200,13 +200,13 @@ class Log:
         count = header.last_offset_delta + 1
         self._unflushed_records += count
         has_timestamp = header.max_timestamp > -1
-        info = AppendInfo(
-            first_offset=first_offset,
-            last_offset=last_offset,
-            max_timestamp=header.max_timestamp if has_timestamp else -1,
-            offset_of_max_timestamp=last_offset if has_timestamp else first_offset,
-            log_start_offset=self.log_start_offset,
-            record_count=count,
+        info = AppendInfo(  # positional: this runs once per produced batch
+            first_offset,
+            last_offset,
+            header.max_timestamp if has_timestamp else -1,
+            last_offset if has_timestamp else first_offset,
+            self.log_start_offset,
+            count,
         )
         self.maybe_flush(now_ms)
         return info

@@ -78,6 +78,7 @@ class LogSegment:
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         self.size = os.fstat(self.fd).st_size
         self.created_ms = now_ms
+        self._max_segment_ms = config.max_segment_ms
         self.indexes_rebuilt = False
         self.offset_index = self._open_offset_index(directory, file_suffix)
         self.time_index = self._open_time_index(directory, file_suffix)
@@ -258,7 +259,7 @@ class LogSegment:
             if self.first_batch_timestamp is not None and self.first_batch_timestamp >= 0
             else self.created_ms
         )
-        return now_ms - rolling_timestamp > self.config.max_segment_ms
+        return now_ms - rolling_timestamp > self._max_segment_ms
 
     # -- reading ---------------------------------------------------------------------------
 
