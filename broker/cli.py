@@ -1,24 +1,85 @@
-"""The `gregor` console script.
+"""The `gregor` console script (the commands are DESIGN.md's contract).
 
-Subcommands arrive with the layers that implement them (DESIGN.md lists the contract:
-`gregor broker`, `gregor local up`, `gregor operator`, `gregor audit retention`).
+- `gregor broker --config server.properties [--override key=value …]` runs one node.
+- `gregor local up [--brokers N] [--controllers M] [--data-dir DIR] [--port P]` runs a local
+  cluster and prints its bootstrap servers.
+- `gregor api-versions` prints the Kafka API versions the broker serves.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from broker import __version__
+from broker.config import BrokerConfig, InvalidConfig
+from broker.node import Node, NodeError
 from broker.protocol import SUPPORTED
+from broker.storage import StorageError
+
+log = logging.getLogger("gregor")
 
 
 def _api_versions(_args: argparse.Namespace) -> int:
-    """Print the version table the broker serves, one API per line."""
     for api_key, versions in sorted(SUPPORTED.items()):
         print(f"{api_key.name:<32} {int(api_key):>3}  v{versions.min}-v{versions.max}")
     return 0
+
+
+def _overrides(pairs: Sequence[str]) -> dict[str, str]:
+    result = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise InvalidConfig(pair, pair, "an override must be key=value")
+        result[key.strip()] = value.strip()
+    return result
+
+
+def _run_node(config: BrokerConfig, banner: str | None = None) -> int:
+    async def main() -> None:
+        node = Node(config)
+        bound = await node.start()
+        for listener in bound:
+            log.info("node %d serving %s on port %d", config.node_id, listener.name, listener.port)
+        if banner:
+            print(banner, flush=True)
+        await node.run_until_signalled()
+
+    asyncio.run(main())
+    return 0
+
+
+def _broker(args: argparse.Namespace) -> int:
+    config = BrokerConfig.load(Path(args.config), _overrides(args.override))
+    return _run_node(config)
+
+
+def _local_up(args: argparse.Namespace) -> int:
+    if args.brokers != 1 or args.controllers != 1:
+        raise NodeError(
+            "local clusters of more than one node need the multi-node KRaft quorum, which has "
+            "not landed yet; use --brokers 1 --controllers 1"
+        )
+    data_dir = Path(args.data_dir).resolve()
+    config = BrokerConfig.from_properties(
+        {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "listeners": f"PLAINTEXT://localhost:{args.port}",
+            "log.dirs": str(data_dir / "node-1"),
+            "offsets.topic.replication.factor": "1",
+        }
+    )
+    banner = (
+        f"Gregor is running: bootstrap servers localhost:{args.port} (data in {data_dir}).\n"
+        f"Try: kcat -b localhost:{args.port} -L    Stop with Ctrl-C."
+    )
+    return _run_node(config, banner)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,7 +87,25 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gregor", description="Gregor: a Kafka-compatible broker and its operator."
     )
     parser.add_argument("--version", action="version", version=f"gregor {__version__}")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    broker = commands.add_parser("broker", help="run one node from a server.properties file")
+    broker.add_argument("--config", required=True, help="path to server.properties")
+    broker.add_argument(
+        "--override", action="append", default=[], metavar="KEY=VALUE", help="override a property"
+    )
+    broker.set_defaults(run=_broker)
+
+    local = commands.add_parser("local", help="a local cluster for development")
+    local_commands = local.add_subparsers(dest="local_command", metavar="COMMAND", required=True)
+    up = local_commands.add_parser("up", help="start a local cluster and print how to connect")
+    up.add_argument("--brokers", type=int, default=1)
+    up.add_argument("--controllers", type=int, default=1)
+    up.add_argument("--data-dir", default="var/local", help="where the nodes keep their logs")
+    up.add_argument("--port", type=int, default=9092, help="the bootstrap port")
+    up.set_defaults(run=_local_up)
+
     api_versions = commands.add_parser(
         "api-versions", help="print the Kafka API versions this broker serves"
     )
@@ -37,10 +116,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     if args.command is None:
         parser.print_help()
         return 2
-    return int(args.run(args))
+    try:
+        return int(args.run(args))
+    except (InvalidConfig, NodeError, StorageError, OSError) as exc:
+        print(f"gregor: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

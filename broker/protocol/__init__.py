@@ -21,6 +21,7 @@ from .messages import (
     Request,
     RequestBody,
     ResponseBody,
+    build,
     decode_request,
     decode_request_body,
     decode_response,
@@ -30,6 +31,7 @@ from .messages import (
     encode_response,
     encode_response_body,
     request_type,
+    response_module,
     response_type,
     unsupported_version_answer,
 )
@@ -55,6 +57,7 @@ __all__ = [
     "UnsupportedVersion",
     "VersionRange",
     "advertised",
+    "build",
     "decode_request",
     "decode_request_body",
     "decode_response",
@@ -66,6 +69,7 @@ __all__ = [
     "encode_response_body",
     "is_supported",
     "request_type",
+    "response_module",
     "response_type",
     "unsupported_version_answer",
 ]

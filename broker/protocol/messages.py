@@ -12,10 +12,13 @@ v0 so that a client can read them whatever version it tried (KIP-511).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import importlib
 import io
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, TypeAlias, cast
 
 from kio.index import load_request_schema, load_response_schema
@@ -43,6 +46,7 @@ __all__ = [
     "Request",
     "RequestBody",
     "ResponseBody",
+    "build",
     "decode_request",
     "decode_request_body",
     "decode_response",
@@ -52,8 +56,10 @@ __all__ = [
     "encode_response",
     "encode_response_body",
     "request_header_version",
+    "request_module",
     "request_type",
     "response_header_version",
+    "response_module",
     "response_type",
     "unsupported_version_answer",
 ]
@@ -99,6 +105,28 @@ def response_type(api_key: int, api_version: int) -> type[ResponseBody]:
     if not is_decodable(api_key, api_version):
         raise LookupError(f"{_api_name(api_key)} v{api_version} is not decoded by Gregor")
     return load_response_schema(api_key, api_version)
+
+
+def response_module(api_key: int, api_version: int) -> ModuleType:
+    """The module holding a response version's class and its nested structs, so handlers
+    build nested values (`module.MetadataResponseBroker(...)`) for the version asked."""
+    return importlib.import_module(response_type(api_key, api_version).__module__)
+
+
+def request_module(api_key: int, api_version: int) -> ModuleType:
+    return importlib.import_module(request_type(api_key, api_version).__module__)
+
+
+def build(message: type[Any], /, **values: Any) -> Any:
+    """Instantiate a message class from values written for every version of it: fields the
+    class does not have at this version are left out, missing ones take their defaults."""
+    names = _field_names.get(message)
+    if names is None:
+        names = _field_names[message] = frozenset(f.name for f in dataclasses.fields(message))
+    return message(**{name: value for name, value in values.items() if name in names})
+
+
+_field_names: dict[type[Any], frozenset[str]] = {}
 
 
 def request_header_version(api_key: int, api_version: int) -> int:

@@ -22,6 +22,7 @@ class InvalidConfig(ValueError):
     def __init__(self, key: str, value: object, reason: str) -> None:
         super().__init__(f"invalid value {value!r} for configuration {key}: {reason}")
         self.key = key
+        self.reason = reason
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

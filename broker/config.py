@@ -1,0 +1,306 @@
+"""The node's configuration: a `server.properties` file with Kafka's own names and defaults.
+
+`BrokerConfig.load(path, overrides)` parses the Java properties syntax, applies
+`--override key=value` on top, and validates: an invalid value raises `InvalidConfig` naming
+the key, so the node stops at start with a message an operator can act on. Names Gregor does not
+use yet are kept in `extra` (Kafka's tools pass many) rather than refused.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from broker.storage.config import InvalidConfig, LogConfig
+
+__all__ = ["BrokerConfig", "InvalidConfig", "Listener", "parse_properties"]
+
+_LISTENER = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<host>\[[^\]]*\]|[^:]*):(?P<port>\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """One `listeners` entry: `NAME://host:port` (an empty host binds every interface)."""
+
+    name: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.name}://{self.host}:{self.port}"
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java `.properties`: `key=value` or `key: value`, `#`/`!` comments, `\\` continuations."""
+    result: dict[str, str] = {}
+    logical = ""
+    for raw in text.splitlines():
+        line = raw.strip() if not logical else raw.lstrip()
+        if not logical and (not line or line.startswith(("#", "!"))):
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            logical += line[:-1]
+            continue
+        logical += line
+        match = re.match(r"^((?:\\.|[^=:\s])+)\s*[=:\s]\s*(.*)$", logical)
+        if match:
+            result[match.group(1).replace("\\", "")] = match.group(2)
+        elif logical:
+            result[logical] = ""
+        logical = ""
+    return result
+
+
+def _int(minimum: int | None = None) -> Callable[[str, str], int]:
+    def parse(key: str, raw: str) -> int:
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            raise InvalidConfig(key, raw, "not an integer") from None
+        if minimum is not None and value < minimum:
+            raise InvalidConfig(key, raw, f"must be at least {minimum}")
+        return value
+
+    return parse
+
+
+def _bool(key: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value not in ("true", "false"):
+        raise InvalidConfig(key, raw, "must be true or false")
+    return value == "true"
+
+
+def _list(key: str, raw: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in raw.split(",") if part.strip())
+
+
+def _roles(key: str, raw: str) -> frozenset[str]:
+    roles = frozenset(_list(key, raw))
+    if not roles or not roles <= {"broker", "controller"}:
+        raise InvalidConfig(key, raw, "must be broker, controller, or broker,controller")
+    return roles
+
+
+def _listeners(key: str, raw: str) -> tuple[Listener, ...]:
+    listeners = []
+    for entry in _list(key, raw):
+        match = _LISTENER.match(entry)
+        if match is None:
+            raise InvalidConfig(key, raw, f"{entry!r} is not NAME://host:port")
+        port = int(match["port"])
+        if port > 65535:
+            raise InvalidConfig(key, raw, f"port {port} is out of range")
+        listeners.append(Listener(match["name"].upper(), match["host"].strip("[]"), port))
+    names = [listener.name for listener in listeners]
+    if len(set(names)) != len(names):
+        raise InvalidConfig(key, raw, "each listener name may appear only once")
+    return tuple(listeners)
+
+
+def _protocol_map(key: str, raw: str) -> dict[str, str]:
+    mapping = {}
+    for entry in _list(key, raw):
+        name, _, protocol = entry.partition(":")
+        protocol = protocol.strip().upper()
+        if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+            raise InvalidConfig(key, raw, f"unknown security protocol {protocol!r}")
+        mapping[name.strip().upper()] = protocol
+    return mapping
+
+
+def _voters(key: str, raw: str) -> dict[int, tuple[str, int]]:
+    voters = {}
+    for entry in _list(key, raw):
+        match = re.match(r"^(\d+)@(\[[^\]]*\]|[^:]+):(\d+)$", entry)
+        if match is None:
+            raise InvalidConfig(key, raw, f"{entry!r} is not id@host:port")
+        voters[int(match[1])] = (match[2].strip("[]"), int(match[3]))
+    return voters
+
+
+def _default_protocol_map() -> dict[str, str]:
+    return {p: p for p in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")} | {
+        "CONTROLLER": "PLAINTEXT"
+    }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerConfig:
+    """A node's settings. Defaults are Kafka's unless a docstring says why not."""
+
+    process_roles: frozenset[str] = frozenset({"broker", "controller"})
+    """`process.roles`: Kafka requires it; Gregor defaults to combined mode for `make run`."""
+    node_id: int = 1
+    """`node.id`: unique across brokers and controllers of the cluster."""
+    controller_quorum_voters: dict[int, tuple[str, int]] = field(default_factory=dict)
+    """`controller.quorum.voters`: `id@host:port,…`."""
+    listeners: tuple[Listener, ...] = (Listener("PLAINTEXT", "", 9092),)
+    """`listeners`: where the node accepts connections."""
+    advertised_listeners: tuple[Listener, ...] = ()
+    """`advertised.listeners`: what clients are told; defaults to `listeners`."""
+    listener_security_protocol_map: dict[str, str] = field(default_factory=_default_protocol_map)
+    inter_broker_listener_name: str = "PLAINTEXT"
+    controller_listener_names: tuple[str, ...] = ()
+    log_dirs: tuple[Path, ...] = (Path("/tmp/kafka-logs"),)
+    """`log.dirs` (or `log.dir`)."""
+    broker_rack: str | None = None
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    min_insync_replicas: int = 1
+    auto_create_topics_enable: bool = True
+    offsets_topic_replication_factor: int = 3
+    offsets_topic_num_partitions: int = 50
+    socket_request_max_bytes: int = 104_857_600
+    connections_max_idle_ms: int = 600_000
+    log: LogConfig = field(default_factory=LogConfig)
+    """Topic defaults from the broker-level `log.*` names."""
+    extra: dict[str, str] = field(default_factory=dict)
+    """Names Gregor accepts but does not act on yet."""
+
+    @property
+    def advertised(self) -> tuple[Listener, ...]:
+        return self.advertised_listeners or self.listeners
+
+    @classmethod
+    def load(cls, path: Path | None, overrides: Mapping[str, str] | None = None) -> BrokerConfig:
+        properties = parse_properties(path.read_text()) if path is not None else {}
+        properties.update(overrides or {})
+        return cls.from_properties(properties)
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, str]) -> BrokerConfig:
+        values: dict[str, Any] = {}
+        extra: dict[str, str] = {}
+        log_properties: dict[str, str] = {}
+        source_keys: dict[str, str] = {}
+        # Kafka's precedence: log.retention.ms over .minutes over .hours (same for log.roll).
+        for key, raw in sorted(properties.items(), key=_precedence):
+            if key in _BROKER:
+                attribute, parse = _BROKER[key]
+                values[attribute] = parse(key, raw)
+            elif key in _LOG_DEFAULTS:
+                log_properties[_LOG_DEFAULTS[key]] = _scaled(key, raw)
+                source_keys[_LOG_DEFAULTS[key]] = key
+            else:
+                extra[key] = raw
+        if "log.dirs" not in properties and "log.dir" in properties:
+            values["log_dirs"] = (Path(properties["log.dir"]),)
+        try:
+            values["log"] = LogConfig.from_properties(log_properties)
+        except InvalidConfig as exc:
+            # Name the key the operator wrote (log.cleanup.policy), not the topic-level name.
+            written = source_keys.get(exc.key, exc.key)
+            raise InvalidConfig(written, properties.get(written), exc.reason) from None
+        config = cls(**values, extra=extra)
+        config._validate()
+        return config
+
+    def _validate(self) -> None:
+        names = {listener.name for listener in self.listeners}
+        for listener in self.listeners:
+            if listener.name not in self.listener_security_protocol_map:
+                raise InvalidConfig(
+                    "listener.security.protocol.map",
+                    ",".join(f"{k}:{v}" for k, v in self.listener_security_protocol_map.items()),
+                    f"no security protocol for listener {listener.name}",
+                )
+        for listener in self.advertised_listeners:
+            if listener.name not in names:
+                raise InvalidConfig(
+                    "advertised.listeners",
+                    ",".join(map(str, self.advertised_listeners)),
+                    f"{listener.name} is not in listeners",
+                )
+        if "controller" in self.process_roles:
+            if not self.controller_quorum_voters:
+                # Combined mode on one node: the node is the only voter.
+                pass
+            elif self.node_id not in self.controller_quorum_voters:
+                raise InvalidConfig(
+                    "controller.quorum.voters",
+                    self.controller_quorum_voters,
+                    f"node.id {self.node_id} has the controller role but is not a voter",
+                )
+        if not self.log_dirs:
+            raise InvalidConfig("log.dirs", "", "at least one directory is required")
+        if self.default_replication_factor < 1:
+            raise InvalidConfig(
+                "default.replication.factor", self.default_replication_factor, "must be >= 1"
+            )
+
+
+def _paths(key: str, raw: str) -> tuple[Path, ...]:
+    return tuple(Path(p) for p in _list(key, raw))
+
+
+def _rack(key: str, raw: str) -> str | None:
+    return raw.strip() or None
+
+
+_BROKER: dict[str, tuple[str, Callable[[str, str], Any]]] = {
+    "process.roles": ("process_roles", _roles),
+    "node.id": ("node_id", _int(0)),
+    "broker.id": ("node_id", _int(0)),
+    "controller.quorum.voters": ("controller_quorum_voters", _voters),
+    "listeners": ("listeners", _listeners),
+    "advertised.listeners": ("advertised_listeners", _listeners),
+    "listener.security.protocol.map": ("listener_security_protocol_map", _protocol_map),
+    "inter.broker.listener.name": ("inter_broker_listener_name", lambda k, v: v.strip().upper()),
+    "controller.listener.names": (
+        "controller_listener_names",
+        lambda k, v: tuple(n.upper() for n in _list(k, v)),
+    ),
+    "log.dirs": ("log_dirs", _paths),
+    "broker.rack": ("broker_rack", _rack),
+    "num.partitions": ("num_partitions", _int(1)),
+    "default.replication.factor": ("default_replication_factor", _int(1)),
+    "min.insync.replicas": ("min_insync_replicas", _int(1)),
+    "auto.create.topics.enable": ("auto_create_topics_enable", _bool),
+    "offsets.topic.replication.factor": ("offsets_topic_replication_factor", _int(1)),
+    "offsets.topic.num.partitions": ("offsets_topic_num_partitions", _int(1)),
+    "socket.request.max.bytes": ("socket_request_max_bytes", _int(1)),
+    "connections.max.idle.ms": ("connections_max_idle_ms", _int(-1)),
+}
+
+# Broker-level names that set a topic default, and the topic name they set.
+_LOG_DEFAULTS = {
+    "log.segment.bytes": "segment.bytes",
+    "log.roll.ms": "segment.ms",
+    "log.roll.hours": "segment.ms",
+    "log.index.size.max.bytes": "segment.index.bytes",
+    "log.index.interval.bytes": "index.interval.bytes",
+    "log.retention.ms": "retention.ms",
+    "log.retention.minutes": "retention.ms",
+    "log.retention.hours": "retention.ms",
+    "log.retention.bytes": "retention.bytes",
+    "log.flush.interval.messages": "flush.messages",
+    "log.flush.interval.ms": "flush.ms",
+    "log.cleanup.policy": "cleanup.policy",
+    "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
+    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
+    "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
+    "log.cleaner.delete.retention.ms": "delete.retention.ms",
+    "log.segment.delete.delay.ms": "file.delete.delay.ms",
+    "message.max.bytes": "max.message.bytes",
+}
+_UNITS_MS = {"hours": 3_600_000, "minutes": 60_000}
+
+
+def _precedence(item: tuple[str, str]) -> int:
+    unit = item[0].rsplit(".", 1)[-1]
+    return {"hours": 0, "minutes": 1}.get(unit, 2)
+
+
+def _scaled(key: str, raw: str) -> str:
+    """`log.retention.hours=168` → `604800000` (ms); other names pass through."""
+    unit = key.rsplit(".", 1)[-1]
+    if unit not in _UNITS_MS:
+        return raw
+    try:
+        return str(int(raw) * _UNITS_MS[unit])
+    except ValueError:
+        raise InvalidConfig(key, raw, "not an integer") from None

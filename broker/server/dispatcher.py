@@ -1,0 +1,111 @@
+"""From a request frame to a response frame: decode, route to the API's handler, encode.
+
+Blame decides the outcome, as in Kafka: a frame the peer got wrong (malformed, or a version
+it should not have sent) closes its connection — except ApiVersions at an unknown version,
+which is answered (KIP-511); a handler that raises is our bug, logged once with the request
+that caused it, and answered with UNKNOWN_SERVER_ERROR where the API has an error response,
+else the connection closes. Either way every other connection keeps being served.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from broker.protocol import (
+    ErrorCode,
+    MalformedInput,
+    Request,
+    RequestBody,
+    RequestHeader,
+    ResponseBody,
+    UnsupportedVersion,
+    decode_request,
+    encode_response,
+    unsupported_version_answer,
+)
+
+__all__ = ["CloseConnection", "Dispatcher", "Handler", "RequestContext"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """Who sent a request, and through which listener."""
+
+    header: RequestHeader
+    listener: str
+    client_address: str
+
+
+Handler = Callable[[RequestContext, Any], Awaitable[ResponseBody | None]]
+"""An API's handler: the decoded body in, the response body out (None: send nothing, as for
+Produce with acks=0)."""
+ErrorResponder = Callable[[RequestBody, ErrorCode], ResponseBody]
+
+
+class CloseConnection(Exception):
+    """The connection must close; the message says why (for the log)."""
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        handlers: Mapping[int, Handler],
+        error_responders: Mapping[int, ErrorResponder] | None = None,
+    ) -> None:
+        self._handlers = dict(handlers)
+        self._error_responders = dict(error_responders or {})
+
+    def register(self, handlers: Mapping[int, Handler]) -> None:
+        self._handlers.update(handlers)
+
+    @property
+    def handled_api_keys(self) -> frozenset[int]:
+        return frozenset(self._handlers)
+
+    async def dispatch(self, frame: bytes, listener: str, client_address: str) -> bytes | None:
+        """The response frame for a request frame, None if nothing is sent back.
+
+        Raises `CloseConnection` when the connection must be closed.
+        """
+        try:
+            request = decode_request(frame)
+        except UnsupportedVersion as exc:
+            answer = unsupported_version_answer(exc)
+            if answer is None:
+                raise CloseConnection(str(exc)) from exc
+            return answer
+        except MalformedInput as exc:
+            raise CloseConnection(str(exc)) from exc
+        handler = self._handlers.get(request.header.api_key)
+        if handler is None:
+            raise CloseConnection(
+                f"no handler for API key {request.header.api_key}: it is not advertised"
+            )
+        context = RequestContext(request.header, listener, client_address)
+        try:
+            body = await handler(context, request.body)
+        except Exception:
+            log.exception(
+                "handler failed for %s v%d from %s (client %r)",
+                type(request.body).__name__,
+                request.header.api_version,
+                client_address,
+                request.header.client_id,
+            )
+            return self._error_frame(request)
+        if body is None:
+            return None
+        return encode_response(request.header, body)
+
+    def _error_frame(self, request: Request) -> bytes:
+        responder = self._error_responders.get(request.header.api_key)
+        if responder is None:
+            raise CloseConnection("handler failed and the API has no error response")
+        return encode_response(
+            request.header, responder(request.body, ErrorCode.unknown_server_error)
+        )

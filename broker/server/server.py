@@ -1,0 +1,101 @@
+"""Listeners: one asyncio server per `listeners` entry, and the shutdown order.
+
+Shutdown follows h11/uvicorn: stop accepting, let each connection finish the request it is
+processing, wait up to a timeout, then abort what is left. Idle connections close after
+`connections.max.idle.ms`, as in Kafka.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from broker.config import BrokerConfig, Listener
+
+from .connection import Connection
+from .dispatcher import Dispatcher
+
+__all__ = ["BoundListener", "BrokerServer"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class BoundListener:
+    """A listener and the port it actually got (port 0 in the config means any free port)."""
+
+    name: str
+    host: str
+    port: int
+
+
+class BrokerServer:
+    def __init__(self, config: BrokerConfig, dispatcher: Dispatcher) -> None:
+        self._config = config
+        self._dispatcher = dispatcher
+        self._servers: list[asyncio.Server] = []
+        self._connections: set[Connection] = set()
+        self._sweeper: asyncio.Task[None] | None = None
+        self.bound: list[BoundListener] = []
+
+    async def start(self) -> list[BoundListener]:
+        loop = asyncio.get_running_loop()
+        for listener in self._config.listeners:
+            if listener.name in self._config.controller_listener_names:
+                continue
+            server = await loop.create_server(
+                lambda listener=listener: self._connection(listener),
+                host=listener.host or None,
+                port=listener.port,
+                reuse_address=True,
+            )
+            self._servers.append(server)
+            port = server.sockets[0].getsockname()[1]
+            self.bound.append(BoundListener(listener.name, listener.host, port))
+            log.info("listening on %s://%s:%d", listener.name, listener.host, port)
+        self._sweeper = loop.create_task(self._close_idle_connections())
+        return self.bound
+
+    def _connection(self, listener: Listener) -> Connection:
+        return Connection(
+            self._dispatcher,
+            listener.name,
+            self._config.socket_request_max_bytes,
+            self._connections,
+        )
+
+    async def _close_idle_connections(self) -> None:
+        idle_ms = self._config.connections_max_idle_ms
+        if idle_ms < 0:
+            return
+        period = max(min(idle_ms / 10_000, 30.0), 0.05)
+        while True:
+            await asyncio.sleep(period)
+            deadline = time.monotonic() - idle_ms / 1000
+            for connection in list(self._connections):
+                if connection.idle and connection.last_active < deadline:
+                    log.info("closing idle connection from %s", connection.peer)
+                    connection.close()
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        for server in self._servers:
+            server.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+        connections = list(self._connections)
+        for connection in connections:
+            connection.close()
+        waits = [asyncio.ensure_future(c.wait_closed()) for c in connections]
+        if waits:
+            _, pending = await asyncio.wait(waits, timeout=timeout)
+            for connection in connections:
+                connection.abort()
+            for waiter in pending:
+                waiter.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+        for server in self._servers:
+            await server.wait_closed()
+        self._servers.clear()

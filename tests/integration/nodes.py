@@ -1,0 +1,81 @@
+"""Real `gregor broker` processes for integration tests."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["RunningNode", "free_port", "run_node", "start_node"]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class RunningNode:
+    process: subprocess.Popen[str]
+    port: int
+    config: Path
+
+    @property
+    def bootstrap(self) -> str:
+        return f"localhost:{self.port}"
+
+    def stop(self, timeout: float = 20.0) -> int:
+        """SIGTERM, as Kubernetes and systemd stop a broker; returns the exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=timeout)
+
+
+def start_node(tmp: Path, extra: dict[str, str] | None = None) -> RunningNode:
+    port = free_port()
+    properties = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "listeners": f"PLAINTEXT://localhost:{port}",
+        "log.dirs": str(tmp / "logs"),
+    } | (extra or {})
+    config = tmp / "server.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "broker.cli", "broker", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=os.environ | {"PYTHONUNBUFFERED": "1"},
+    )
+    node = RunningNode(process, port, config)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            output = process.stdout.read() if process.stdout else ""
+            raise RuntimeError(f"gregor broker exited with {process.returncode}:\n{output}")
+        with contextlib.suppress(OSError), socket.create_connection(("localhost", port), 0.2):
+            return node
+        time.sleep(0.05)
+    node.stop()
+    raise RuntimeError("gregor broker did not start listening within 20 s")
+
+
+@contextlib.contextmanager
+def run_node(tmp: Path, extra: dict[str, str] | None = None) -> Iterator[RunningNode]:
+    node = start_node(tmp, extra)
+    try:
+        yield node
+    finally:
+        code = node.stop()
+        if node.process.stdout:
+            node.process.stdout.close()
+        assert code == 0, f"gregor broker exited with {code} on SIGTERM"

@@ -1,0 +1,239 @@
+"""A `gregor broker` process that real clients bootstrap from, that refuses hostile input
+without losing other clients, and that starts and stops as operators expect."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from broker.protocol import (
+    ApiKey,
+    ErrorCode,
+    FrameReader,
+    RequestHeader,
+    build,
+    decode_response,
+    encode_request,
+    request_type,
+)
+from tests.integration.nodes import RunningNode, free_port, run_node
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningNode]:
+    with run_node(tmp_path_factory.mktemp("node")) as running:
+        yield running
+
+
+def _exchange(sock: socket.socket, frame: bytes) -> bytes | None:
+    """Send one frame; the response frame, or None if the broker closed the connection."""
+    sock.sendall(frame)
+    reader = FrameReader()
+    while (response := reader.next_frame()) is None:
+        data = sock.recv(65536)
+        if not data:
+            return None
+        reader.receive_data(data)
+    return response
+
+
+def _api_versions(sock: socket.socket, version: int) -> Any:
+    body = build(
+        request_type(ApiKey.API_VERSIONS, version),
+        client_software_name="gregor-tests",
+        client_software_version="1",
+    )
+    frame = _exchange(
+        sock, encode_request(RequestHeader(ApiKey.API_VERSIONS, version, 7, "t"), body)
+    )
+    assert frame is not None
+    return decode_response(ApiKey.API_VERSIONS, 0 if version > 4 else version, frame)[1]
+
+
+def _empty_metadata_request() -> Any:
+    return build(
+        request_type(ApiKey.METADATA, 12),
+        topics=(),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+
+
+def test_confluent_kafka_bootstraps_and_sees_this_broker(node: RunningNode) -> None:
+    metadata: Any = AdminClient({"bootstrap.servers": node.bootstrap}).list_topics(timeout=10)
+    assert list(metadata.brokers) == [1]
+    assert (metadata.brokers[1].host, metadata.brokers[1].port) == ("localhost", node.port)
+    assert metadata.cluster_id is not None
+    assert len(metadata.cluster_id) == 22
+
+
+# kafka-python loads its schemas with importlib.resources.read_text, deprecated on 3.11–3.12;
+# imported here so that these filters, which pytest applies while the test runs, cover it.
+@pytest.mark.filterwarnings(
+    "ignore:read_text is deprecated:DeprecationWarning:kafka.protocol.schemas.load_json"
+)
+@pytest.mark.filterwarnings(
+    "ignore:open_text is deprecated:DeprecationWarning:importlib.resources._legacy"
+)
+def test_kafka_python_and_aiokafka_bootstrap(node: RunningNode) -> None:
+    from aiokafka import AIOKafkaClient  # noqa: PLC0415
+    from kafka import KafkaAdminClient  # noqa: PLC0415
+
+    admin = KafkaAdminClient(bootstrap_servers=node.bootstrap, request_timeout_ms=10_000)
+    try:
+        assert admin.describe_cluster()["brokers"][0]["port"] == node.port
+    finally:
+        admin.close()
+
+    async def bootstrap() -> set[int]:
+        client = AIOKafkaClient(bootstrap_servers=node.bootstrap)
+        await client.bootstrap()
+        try:
+            return {b.nodeId for b in client.cluster.brokers()}
+        finally:
+            await client.close()
+
+    assert asyncio.run(bootstrap()) == {1}
+
+
+def test_only_apis_with_handlers_are_advertised(node: RunningNode) -> None:
+    with socket.create_connection(("localhost", node.port), timeout=10) as sock:
+        response = _api_versions(sock, 3)
+    assert response.error_code == ErrorCode.none
+    advertised = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+    assert advertised == {ApiKey.API_VERSIONS: (0, 4), ApiKey.METADATA: (0, 12)}
+
+
+def test_api_versions_at_a_future_version_is_answered_so_the_client_can_retry(
+    node: RunningNode,
+) -> None:
+    with socket.create_connection(("localhost", node.port), timeout=10) as sock:
+        frame = struct.pack(">hhihb", ApiKey.API_VERSIONS, 99, 5, -1, 0)
+        response = _exchange(sock, struct.pack(">i", len(frame)) + frame)
+        assert response is not None
+        body: Any = decode_response(ApiKey.API_VERSIONS, 0, response)[1]
+        assert body.error_code == ErrorCode.unsupported_version
+        # The connection stays usable for the retry.
+        assert _api_versions(sock, 3).error_code == ErrorCode.none
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        pytest.param(b"\xde\xad\xbe\xef" * 8, id="garbage"),
+        pytest.param(struct.pack(">i", 200 * 1024 * 1024), id="oversized-frame"),
+        pytest.param(struct.pack(">i", -3), id="negative-size"),
+        pytest.param(struct.pack(">ihhih", 10, 999, 0, 1, -1), id="unknown-api-key"),
+        pytest.param(struct.pack(">ihhih", 10, ApiKey.PRODUCE, 1, 1, -1), id="produce-v1"),
+        pytest.param(
+            struct.pack(">ihhih", 14, ApiKey.METADATA, 1, 1, -1) + b"\x7f\xff\xff\xff",
+            id="hostile-array-length",
+        ),
+    ],
+)
+def test_hostile_input_closes_that_connection_and_others_are_served(
+    node: RunningNode, hostile: bytes
+) -> None:
+    with (
+        socket.create_connection(("localhost", node.port), timeout=10) as bystander,
+        socket.create_connection(("localhost", node.port), timeout=10) as attacker,
+    ):
+        assert _api_versions(bystander, 3).error_code == ErrorCode.none
+        assert _exchange(attacker, hostile) is None  # closed, nothing answered
+        assert _api_versions(bystander, 3).error_code == ErrorCode.none
+
+
+def test_pipelined_requests_are_answered_in_order(node: RunningNode) -> None:
+    frames = b"".join(
+        encode_request(
+            RequestHeader(ApiKey.METADATA, 12, correlation_id, "pipeline"),
+            _empty_metadata_request(),
+        )
+        for correlation_id in range(50)
+    )
+    with socket.create_connection(("localhost", node.port), timeout=10) as sock:
+        sock.sendall(frames)
+        reader = FrameReader()
+        seen: list[int] = []
+        while len(seen) < 50:
+            reader.receive_data(sock.recv(65536))
+            while (frame := reader.next_frame()) is not None:
+                seen.append(decode_response(ApiKey.METADATA, 12, frame)[0])
+    assert seen == list(range(50))
+
+
+def test_a_client_that_never_reads_does_not_stop_the_broker(node: RunningNode) -> None:
+    request = encode_request(
+        RequestHeader(ApiKey.METADATA, 12, 1, "slow"), _empty_metadata_request()
+    )
+    with socket.create_connection(("localhost", node.port), timeout=10) as slow:
+        slow.setblocking(False)
+        sent = 0
+        try:
+            for _ in range(20_000):
+                sent += slow.send(request)
+        except BlockingIOError:
+            pass
+        assert sent > 0
+        with socket.create_connection(("localhost", node.port), timeout=10) as other:
+            assert _api_versions(other, 3).error_code == ErrorCode.none
+
+
+def test_invalid_config_stops_the_node_naming_the_key(tmp_path: Path) -> None:
+    config = tmp_path / "server.properties"
+    config.write_text(f"listeners=PLAINTEXT://localhost:{free_port()}\nnum.partitions=zero\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "broker.cli", "broker", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "num.partitions" in result.stderr
+
+
+def test_a_log_dir_of_another_cluster_is_refused(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "meta.properties").write_text("version=1\ncluster.id=someoneelse\nnode.id=2\n")
+    config = tmp_path / "server.properties"
+    config.write_text(
+        f"node.id=1\nlisteners=PLAINTEXT://localhost:{free_port()}\nlog.dirs={logs}\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "broker.cli", "broker", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "belongs to node 2" in result.stderr
+
+
+def test_restart_keeps_the_cluster_id(tmp_path: Path) -> None:
+    with run_node(tmp_path) as first:
+        before = AdminClient({"bootstrap.servers": first.bootstrap}).list_topics(timeout=10)
+    with run_node(tmp_path) as second:
+        after = AdminClient({"bootstrap.servers": second.bootstrap}).list_topics(timeout=10)
+    assert after.cluster_id == before.cluster_id
+
+
+def test_idle_connections_close_after_connections_max_idle_ms(tmp_path: Path) -> None:
+    with (
+        run_node(tmp_path, {"connections.max.idle.ms": "300"}) as short,
+        socket.create_connection(("localhost", short.port), timeout=10) as sock,
+    ):
+        assert _api_versions(sock, 3).error_code == ErrorCode.none
+        sock.settimeout(10)
+        assert sock.recv(1) == b""  # the broker closed it

@@ -1,0 +1,98 @@
+"""server.properties with Kafka's names: parsing, defaults, precedence, and errors that name
+the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from broker.config import BrokerConfig, InvalidConfig, Listener, parse_properties
+
+
+def test_java_properties_syntax() -> None:
+    text = (
+        "# comment\n! also a comment\n"
+        "node.id=3\n"
+        "log.dirs = /a,\\\n   /b\n"
+        "broker.rack: eu-west-1a\n"
+        "empty=\n"
+    )
+    assert parse_properties(text) == {
+        "node.id": "3",
+        "log.dirs": "/a,/b",
+        "broker.rack": "eu-west-1a",
+        "empty": "",
+    }
+
+
+def test_kafka_defaults() -> None:
+    config = BrokerConfig.from_properties({})
+    assert config.num_partitions == 1
+    assert config.default_replication_factor == 1
+    assert config.min_insync_replicas == 1
+    assert config.auto_create_topics_enable is True
+    assert config.offsets_topic_replication_factor == 3
+    assert config.socket_request_max_bytes == 100 * 1024 * 1024
+    assert config.connections_max_idle_ms == 600_000
+    assert config.log.retention_ms == 7 * 24 * 3600 * 1000
+    assert config.log.segment_bytes == 1024**3
+
+
+def test_listeners_and_advertised_listeners() -> None:
+    config = BrokerConfig.from_properties(
+        {
+            "listeners": "PLAINTEXT://:9092,INTERNAL://0.0.0.0:9093",
+            "advertised.listeners": "PLAINTEXT://broker-0.kafka:9092",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
+        }
+    )
+    assert config.listeners == (
+        Listener("PLAINTEXT", "", 9092),
+        Listener("INTERNAL", "0.0.0.0", 9093),
+    )
+    assert config.advertised == (Listener("PLAINTEXT", "broker-0.kafka", 9092),)
+
+
+def test_broker_level_log_settings_become_topic_defaults_with_kafkas_precedence() -> None:
+    config = BrokerConfig.from_properties(
+        {"log.retention.ms": "1000", "log.retention.hours": "5", "log.segment.bytes": "4096"}
+    )
+    assert config.log.retention_ms == 1000
+    assert config.log.segment_bytes == 4096
+    assert BrokerConfig.from_properties({"log.retention.hours": "2"}).log.retention_ms == 7_200_000
+
+
+@pytest.mark.parametrize(
+    ("properties", "key"),
+    [
+        ({"num.partitions": "zero"}, "num.partitions"),
+        ({"num.partitions": "0"}, "num.partitions"),
+        ({"auto.create.topics.enable": "yes"}, "auto.create.topics.enable"),
+        ({"process.roles": "worker"}, "process.roles"),
+        ({"listeners": "localhost:9092"}, "listeners"),
+        ({"listeners": "PLAINTEXT://:99999"}, "listeners"),
+        ({"listeners": "SECRET://:9092"}, "listener.security.protocol.map"),
+        ({"advertised.listeners": "OTHER://h:1"}, "advertised.listeners"),
+        ({"controller.quorum.voters": "1@host"}, "controller.quorum.voters"),
+        ({"node.id": "2", "controller.quorum.voters": "1@h:9093"}, "controller.quorum.voters"),
+        ({"log.retention.hours": "soon"}, "log.retention.hours"),
+        ({"log.cleanup.policy": "shred"}, "log.cleanup.policy"),
+    ],
+)
+def test_invalid_values_name_the_key(properties: dict[str, str], key: str) -> None:
+    with pytest.raises(InvalidConfig) as caught:
+        BrokerConfig.from_properties(properties)
+    assert key in str(caught.value)
+
+
+def test_unknown_names_are_kept_not_refused() -> None:
+    config = BrokerConfig.from_properties({"num.network.threads": "8"})
+    assert config.extra == {"num.network.threads": "8"}
+
+
+def test_load_applies_overrides_over_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "server.properties"
+    path.write_text("node.id=1\nnum.partitions=3\n")
+    config = BrokerConfig.load(path, {"num.partitions": "6"})
+    assert (config.node_id, config.num_partitions) == (1, 6)
