@@ -31,23 +31,57 @@ class IndexCorrupt(Exception):
     """An index file that cannot be trusted; the message says why."""
 
 
-class _IndexFile:
-    """The append-only file behind an index."""
+class _SparseIndex:
+    """What both indexes share: two parallel arrays of entry fields, loaded from and appended
+    to a file of fixed-size big-endian entries."""
 
-    def __init__(self, path: Path) -> None:
+    _ENTRY: struct.Struct
+
+    def __init__(self, path: Path, base_offset: int, codes: tuple[str, str]) -> None:
+        self.base_offset = base_offset
+        self._first = array(codes[0])
+        self._second = array(codes[1])
+        if path.exists():
+            data = path.read_bytes()
+            if len(data) % self._ENTRY.size:
+                raise IndexCorrupt(
+                    f"{len(data)} bytes is not a whole number of {self._ENTRY.size}-byte entries"
+                )
+            for first, second in self._ENTRY.iter_unpack(data):
+                self._check_next(first, second)
+                self._first.append(first)
+                self._second.append(second)
         self.path = path
         self._file: BinaryIO = open(path, "ab")  # noqa: SIM115 - owned for the index's life
 
-    def append(self, entry: bytes) -> None:
-        self._file.write(entry)
+    def _check_next(self, first: int, second: int) -> None:
+        """Raise `IndexCorrupt` if an entry read from disk does not follow the previous one."""
+        raise NotImplementedError
 
-    def rewrite(self, data: bytes) -> None:
+    def __len__(self) -> int:
+        return len(self._first)
+
+    def _append_entry(self, first: int, second: int) -> None:
+        self._first.append(first)
+        self._second.append(second)
+        self._file.write(self._ENTRY.pack(first, second))
+
+    def _keep(self, count: int) -> None:
+        """Keep the first `count` entries and rewrite the file to match."""
+        if count >= len(self._first):
+            return
+        del self._first[count:]
+        del self._second[count:]
         self._file.close()
         with open(self.path, "wb") as out:
-            out.write(data)
+            for first, second in zip(self._first, self._second, strict=True):
+                out.write(self._ENTRY.pack(first, second))
         self._file = open(self.path, "ab")  # noqa: SIM115
 
-    def flush(self, fsync: bool) -> None:
+    def reset(self) -> None:
+        self._keep(0)
+
+    def flush(self, fsync: bool = False) -> None:
         self._file.flush()
         if fsync:
             os.fsync(self._file.fileno())
@@ -61,35 +95,23 @@ class _IndexFile:
         self._file.close()
 
 
-class OffsetIndex:
+class OffsetIndex(_SparseIndex):
+    """Entries (relative offset, position), both strictly increasing."""
+
+    _ENTRY = _OFFSET_ENTRY
     ENTRY_SIZE = _OFFSET_ENTRY.size
 
     def __init__(self, path: Path, base_offset: int, max_index_bytes: int) -> None:
-        self.base_offset = base_offset
         self.max_entries = max(max_index_bytes // self.ENTRY_SIZE, 1)
-        self._relative = array("i")
-        self._positions = array("i")
-        if path.exists():
-            self._load(path.read_bytes())
-        self._file = _IndexFile(path)
+        super().__init__(path, base_offset, ("i", "i"))
+        self._relative = self._first
+        self._positions = self._second
 
-    @property
-    def path(self) -> Path:
-        return self._file.path
-
-    def _load(self, data: bytes) -> None:
-        if len(data) % self.ENTRY_SIZE:
-            raise IndexCorrupt(f"{len(data)} bytes is not a whole number of 8-byte entries")
-        previous = (-1, -1)
-        for relative, position in _OFFSET_ENTRY.iter_unpack(data):
-            if relative <= previous[0] or position <= previous[1] or relative < 0:
-                raise IndexCorrupt(f"entry ({relative}, {position}) goes backwards")
-            self._relative.append(relative)
-            self._positions.append(position)
-            previous = (relative, position)
-
-    def __len__(self) -> int:
-        return len(self._relative)
+    def _check_next(self, relative: int, position: int) -> None:
+        if relative < 0 or (
+            self._first and (relative <= self._first[-1] or position <= self._second[-1])
+        ):
+            raise IndexCorrupt(f"entry ({relative}, {position}) goes backwards")
 
     @property
     def is_full(self) -> bool:
@@ -104,10 +126,7 @@ class OffsetIndex:
         return self._positions[-1] if self._positions else 0
 
     def append(self, offset: int, position: int) -> None:
-        relative = offset - self.base_offset
-        self._relative.append(relative)
-        self._positions.append(position)
-        self._file.append(_OFFSET_ENTRY.pack(relative, position))
+        self._append_entry(offset - self.base_offset, position)
 
     def lookup(self, offset: int) -> tuple[int, int]:
         """The last entry whose offset is at most `offset`, else (base offset, 0)."""
@@ -117,9 +136,8 @@ class OffsetIndex:
         return self.base_offset + self._relative[i - 1], self._positions[i - 1]
 
     def entries(self) -> list[tuple[int, int]]:
-        return [
-            (self.base_offset + r, p) for r, p in zip(self._relative, self._positions, strict=True)
-        ]
+        pairs = zip(self._relative, self._positions, strict=True)
+        return [(self.base_offset + r, p) for r, p in pairs]
 
     def check(self, log_size: int) -> None:
         """Raise `IndexCorrupt` if an entry points past the end of the log."""
@@ -128,61 +146,25 @@ class OffsetIndex:
 
     def truncate_to_position(self, position: int) -> None:
         """Drop entries at or after a file position (the log was truncated there)."""
-        keep = bisect.bisect_left(self._positions, position)
-        if keep == len(self._positions):
-            return
-        del self._relative[keep:]
-        del self._positions[keep:]
-        self._file.rewrite(
-            b"".join(
-                _OFFSET_ENTRY.pack(r, p)
-                for r, p in zip(self._relative, self._positions, strict=True)
-            )
-        )
-
-    def reset(self) -> None:
-        del self._relative[:]
-        del self._positions[:]
-        self._file.rewrite(b"")
-
-    def flush(self, fsync: bool = False) -> None:
-        self._file.flush(fsync)
-
-    def rename(self, path: Path) -> None:
-        self._file.rename(path)
-
-    def close(self) -> None:
-        self._file.close()
+        self._keep(bisect.bisect_left(self._positions, position))
 
 
-class TimeIndex:
+class TimeIndex(_SparseIndex):
+    """Entries (timestamp, relative offset): timestamps strictly increasing."""
+
+    _ENTRY = _TIME_ENTRY
     ENTRY_SIZE = _TIME_ENTRY.size
 
     def __init__(self, path: Path, base_offset: int) -> None:
-        self.base_offset = base_offset
-        self._timestamps = array("q")
-        self._relative = array("i")
-        if path.exists():
-            self._load(path.read_bytes())
-        self._file = _IndexFile(path)
+        super().__init__(path, base_offset, ("q", "i"))
+        self._timestamps = self._first
+        self._relative = self._second
 
-    @property
-    def path(self) -> Path:
-        return self._file.path
-
-    def _load(self, data: bytes) -> None:
-        if len(data) % self.ENTRY_SIZE:
-            raise IndexCorrupt(f"{len(data)} bytes is not a whole number of 12-byte entries")
-        previous = (-(2**63), -1)
-        for timestamp, relative in _TIME_ENTRY.iter_unpack(data):
-            if timestamp <= previous[0] or relative < previous[1] or relative < 0:
-                raise IndexCorrupt(f"entry ({timestamp}, {relative}) goes backwards")
-            self._timestamps.append(timestamp)
-            self._relative.append(relative)
-            previous = (timestamp, relative)
-
-    def __len__(self) -> int:
-        return len(self._timestamps)
+    def _check_next(self, timestamp: int, relative: int) -> None:
+        if relative < 0 or (
+            self._first and (timestamp <= self._first[-1] or relative < self._second[-1])
+        ):
+            raise IndexCorrupt(f"entry ({timestamp}, {relative}) goes backwards")
 
     @property
     def last_timestamp(self) -> int:
@@ -192,10 +174,7 @@ class TimeIndex:
         """Record a new max timestamp; entries only ever move forward."""
         if self._timestamps and timestamp <= self._timestamps[-1]:
             return
-        relative = offset - self.base_offset
-        self._timestamps.append(timestamp)
-        self._relative.append(relative)
-        self._file.append(_TIME_ENTRY.pack(timestamp, relative))
+        self._append_entry(timestamp, offset - self.base_offset)
 
     def lookup(self, timestamp: int) -> tuple[int, int]:
         """The last entry whose timestamp is at most `timestamp`, else (-1, base offset)."""
@@ -205,9 +184,8 @@ class TimeIndex:
         return self._timestamps[i - 1], self.base_offset + self._relative[i - 1]
 
     def entries(self) -> list[tuple[int, int]]:
-        return [
-            (t, self.base_offset + r) for t, r in zip(self._timestamps, self._relative, strict=True)
-        ]
+        pairs = zip(self._timestamps, self._relative, strict=True)
+        return [(t, self.base_offset + r) for t, r in pairs]
 
     def check(self, last_offset: int) -> None:
         if self._relative and self.base_offset + self._relative[-1] > last_offset:
@@ -215,28 +193,4 @@ class TimeIndex:
 
     def truncate_to_offset(self, offset: int) -> None:
         """Drop entries for offsets at or after `offset`."""
-        keep = bisect.bisect_left(self._relative, offset - self.base_offset)
-        if keep == len(self._relative):
-            return
-        del self._timestamps[keep:]
-        del self._relative[keep:]
-        self._file.rewrite(
-            b"".join(
-                _TIME_ENTRY.pack(t, r)
-                for t, r in zip(self._timestamps, self._relative, strict=True)
-            )
-        )
-
-    def reset(self) -> None:
-        del self._timestamps[:]
-        del self._relative[:]
-        self._file.rewrite(b"")
-
-    def flush(self, fsync: bool = False) -> None:
-        self._file.flush(fsync)
-
-    def rename(self, path: Path) -> None:
-        self._file.rename(path)
-
-    def close(self) -> None:
-        self._file.close()
+        self._keep(bisect.bisect_left(self._relative, offset - self.base_offset))

@@ -386,7 +386,14 @@ class LogSegment:
         for index in (self.offset_index, self.time_index):
             index.rename(renamed(index.path))
 
+    @property
+    def closed(self) -> bool:
+        return self.fd < 0
+
     def close(self) -> None:
+        if self.fd < 0:
+            return
         self.offset_index.close()
         self.time_index.close()
         os.close(self.fd)
+        self.fd = -1

@@ -188,9 +188,8 @@ def test_a_client_that_never_reads_does_not_stop_the_broker(node: RunningNode) -
             assert _api_versions(other, 3).error_code == ErrorCode.none
 
 
-def test_invalid_config_stops_the_node_naming_the_key(tmp_path: Path) -> None:
-    config = tmp_path / "server.properties"
-    config.write_text(f"listeners=PLAINTEXT://localhost:{free_port()}\nnum.partitions=zero\n")
+def _refused_start(config: Path) -> str:
+    """Start `gregor broker`, expect it to refuse with exit code 1; return what it said."""
     result = subprocess.run(
         [sys.executable, "-m", "broker.cli", "broker", "--config", str(config)],
         capture_output=True,
@@ -198,8 +197,14 @@ def test_invalid_config_stops_the_node_naming_the_key(tmp_path: Path) -> None:
         timeout=30,
         check=False,
     )
-    assert result.returncode == 1
-    assert "num.partitions" in result.stderr
+    assert result.returncode == 1, result.stderr
+    return result.stderr
+
+
+def test_invalid_config_stops_the_node_naming_the_key(tmp_path: Path) -> None:
+    config = tmp_path / "server.properties"
+    config.write_text(f"listeners=PLAINTEXT://localhost:{free_port()}\nnum.partitions=zero\n")
+    assert "num.partitions" in _refused_start(config)
 
 
 def test_a_log_dir_of_another_cluster_is_refused(tmp_path: Path) -> None:
@@ -210,15 +215,7 @@ def test_a_log_dir_of_another_cluster_is_refused(tmp_path: Path) -> None:
     config.write_text(
         f"node.id=1\nlisteners=PLAINTEXT://localhost:{free_port()}\nlog.dirs={logs}\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-m", "broker.cli", "broker", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    assert result.returncode == 1
-    assert "belongs to node 2" in result.stderr
+    assert "belongs to node 2" in _refused_start(config)
 
 
 def test_restart_keeps_the_cluster_id(tmp_path: Path) -> None:

@@ -68,8 +68,7 @@ class LogOpener:
     def close_leftovers(self) -> None:
         for log in self._opened:
             for segment in log.segments:
-                # A closed segment has closed its index files; LogSegment has no public flag.
-                if not segment.offset_index._file._file.closed:
+                if not segment.closed:
                     segment.close()
 
 

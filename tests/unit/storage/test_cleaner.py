@@ -95,7 +95,7 @@ class Logs:
     def close_all(self) -> None:
         segments = [s for log in self._opened for s in log.segments] + self._retired
         for segment in segments:
-            if not segment.offset_index._file._file.closed:
+            if not segment.closed:
                 segment.close()
 
 
