@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "INT_RANGES",
     "NO_VERSIONS",
     "PRIMITIVES",
     "REPO_ROOT",
@@ -45,6 +46,16 @@ __all__ = [
 
 SCHEMAS_ENV = "GREGOR_KAFKA_SCHEMAS"
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+INT_RANGES: dict[str, tuple[int, int]] = {
+    "int8": (-(2**7), 2**7 - 1),
+    "int16": (-(2**15), 2**15 - 1),
+    "int32": (-(2**31), 2**31 - 1),
+    "int64": (-(2**63), 2**63 - 1),
+    "uint16": (0, 2**16 - 1),
+    "uint32": (0, 2**32 - 1),
+}
+"""Range of each integer type on the wire."""
 
 PRIMITIVES = frozenset(
     {

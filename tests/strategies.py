@@ -16,15 +16,8 @@ from typing import Any
 from hypothesis import strategies as st
 
 from broker.protocol import ErrorCode
+from tests.kafka_schemas import INT_RANGES
 
-_INT_RANGES = {
-    "int8": (-(2**7), 2**7 - 1),
-    "int16": (-(2**15), 2**15 - 1),
-    "int32": (-(2**31), 2**31 - 1),
-    "int64": (-(2**63), 2**63 - 1),
-    "uint16": (0, 2**16 - 1),
-    "uint32": (0, 2**32 - 1),
-}
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 # kio converts int64 milliseconds through float seconds, exact up to 2**53 microseconds (285
 # years either way); real durations (retention, timeouts, -1 sentinels) are far inside it.
@@ -44,8 +37,8 @@ def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
 
 
 def _primitive(kafka_type: str, flexible: bool, nullable: bool) -> st.SearchStrategy[Any]:
-    if kafka_type in _INT_RANGES:
-        lo, hi = _INT_RANGES[kafka_type]
+    if kafka_type in INT_RANGES:
+        lo, hi = INT_RANGES[kafka_type]
         return st.integers(lo, hi)
     if kafka_type == "float64":
         return st.floats(allow_nan=False, allow_infinity=False)

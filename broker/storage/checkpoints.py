@@ -12,6 +12,8 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from .files import fsync_dir
+
 __all__ = [
     "read_checkpoint",
     "read_epoch_checkpoint",
@@ -37,7 +39,7 @@ def write_checkpoint(path: Path, entries: Iterable[Sequence[object]]) -> None:
         out.flush()
         os.fsync(out.fileno())
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def read_checkpoint(path: Path, fields: int) -> list[list[str]]:
@@ -84,11 +86,3 @@ def read_offset_checkpoint(path: Path) -> dict[tuple[str, int], int]:
         return {(t, int(p)): int(o) for t, p, o in read_checkpoint(path, 3)}
     except ValueError as exc:
         raise CheckpointError(f"{path}: {exc}") from exc
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

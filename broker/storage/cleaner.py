@@ -82,6 +82,7 @@ from broker.protocol.records import (
 from .checkpoints import read_offset_checkpoint, write_offset_checkpoint
 from .config import LogConfig
 from .errors import CorruptRecordError
+from .files import fsync_dir
 from .indexes import OffsetIndex, TimeIndex
 from .segments import CLEANED_SUFFIX, SWAP_SUFFIX, LogSegment, segment_file_name
 
@@ -577,18 +578,18 @@ def _clean_group(
         if changed:
             cleaned.flush()
     except BaseException:
-        _discard(cleaned)
+        cleaned.delete()
         raise
     if not changed:
-        _discard(cleaned)
+        cleaned.delete()
         return None
     cleaned.change_file_suffix(CLEANED_SUFFIX, SWAP_SUFFIX)
-    _fsync_dir(log.directory)
+    fsync_dir(log.directory)
     log.replace_segments([cleaned], group)
     for segment in group:
         segment.mark_deleted()
     cleaned.change_file_suffix(SWAP_SUFFIX, "")
-    _fsync_dir(log.directory)
+    fsync_dir(log.directory)
     return cleaned
 
 
@@ -620,23 +621,9 @@ def _append(dest: LogSegment, chunk: bytearray, placed: list[tuple[int, BatchHea
         dest.append(view, placed, prefixes)
 
 
-def _discard(segment: LogSegment) -> None:
-    segment.close()
-    for path in (segment.log_path, segment.offset_index.path, segment.time_index.path):
-        path.unlink(missing_ok=True)
-
-
 def _remove_segment_files(directory: Path, base_offset: int, suffix: str) -> None:
     for kind in (".log", ".index", ".timeindex"):
         (directory / segment_file_name(base_offset, kind + suffix)).unlink(missing_ok=True)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # -- recovery --------------------------------------------------------------------------------
@@ -677,7 +664,7 @@ def complete_interrupted_swaps(directory: Path) -> list[Path]:
             os.replace(path, final)
             if final.name.endswith(".log"):
                 completed.append(final)
-    _fsync_dir(directory)
+    fsync_dir(directory)
     return sorted(completed)
 
 

@@ -123,19 +123,12 @@ class Log:
                     # Nothing after a torn or corrupt batch can be trusted to follow on.
                     for later in self.segments[i + 1 :]:
                         self.recovered_bytes += later.size
-                        later.mark_deleted()
-                        later.close()
-                        for path in self._deleted_files(later):
-                            path.unlink(missing_ok=True)
+                        later.delete()
                     del self.segments[i + 1 :]
                     del self._bases[i + 1 :]
                     break
             else:
                 segment.load_clean()
-
-    @staticmethod
-    def _deleted_files(segment: LogSegment) -> list[Path]:
-        return [segment.log_path, segment.offset_index.path, segment.time_index.path]
 
     def _add_segment(self, segment: LogSegment) -> None:
         self.segments.append(segment)
@@ -305,9 +298,7 @@ class Log:
             # An empty segment carries nothing: replace it rather than leave a hole.
             self.segments.pop()
             self._bases.pop()
-            previous.close()
-            for path in self._deleted_files(previous):
-                path.unlink(missing_ok=True)
+            previous.delete()
         segment = LogSegment(self.directory, base, self.config, now_ms)
         segment.next_offset = base
         self._add_segment(segment)
@@ -395,7 +386,7 @@ class Log:
         if offset >= self.log_end_offset:
             return
         while len(self.segments) > 1 and self.active_segment.base_offset >= offset:
-            self._drop(self.segments.pop())
+            self.segments.pop().delete()
             self._bases.pop()
         self.active_segment.truncate_to(offset)
         self.epochs.truncate_from_end(self.log_end_offset)
@@ -405,7 +396,7 @@ class Log:
     def truncate_fully_and_start_at(self, offset: int, now_ms: int) -> None:
         """Empty the log and restart it at `offset` (a follower too far behind its leader)."""
         for segment in self.segments:
-            self._drop(segment)
+            segment.delete()
         self.segments, self._bases = [], []
         self._add_segment(LogSegment(self.directory, offset, self.config, now_ms))
         self.active_segment.next_offset = offset
@@ -421,11 +412,6 @@ class Log:
             self.log_start_offset = offset
             self.epochs.truncate_from_start(offset)
         return self.log_start_offset
-
-    def _drop(self, segment: LogSegment) -> None:
-        segment.close()
-        for path in self._deleted_files(segment):
-            path.unlink(missing_ok=True)
 
     # -- retention ------------------------------------------------------------------------
 

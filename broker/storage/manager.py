@@ -275,9 +275,7 @@ class LogManager:
 
     def _finish_deletion(self, pending: _PendingDeletion) -> None:
         for segment in pending.segments:
-            segment.close()
-            for path in (segment.log_path, segment.offset_index.path, segment.time_index.path):
-                path.unlink(missing_ok=True)
+            segment.delete()
         if pending.directory is not None:
             shutil.rmtree(pending.directory, ignore_errors=True)
 

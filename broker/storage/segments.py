@@ -386,6 +386,12 @@ class LogSegment:
         for index in (self.offset_index, self.time_index):
             index.rename(renamed(index.path))
 
+    def delete(self) -> None:
+        """Close the segment and remove its files (under whatever suffix they carry now)."""
+        self.close()
+        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+            path.unlink(missing_ok=True)
+
     @property
     def closed(self) -> bool:
         return self.fd < 0

@@ -38,6 +38,7 @@ from broker.protocol import (
 from broker.protocol.headers import decode_request_header, encode_request_header
 from broker.protocol.versions import is_decodable
 from tests.kafka_schemas import (
+    INT_RANGES,
     NO_VERSIONS,
     REPO_ROOT,
     SCHEMAS_ENV,
@@ -128,14 +129,6 @@ WIRE_TYPE = {
 }
 """kio's richer kafka_types and the schema type that is on the wire for each."""
 
-_INT_BOUNDS = {
-    "int8": (-(2**7), 2**7 - 1),
-    "int16": (-(2**15), 2**15 - 1),
-    "int32": (-(2**31), 2**31 - 1),
-    "int64": (-(2**63), 2**63 - 1),
-    "uint16": (0, 2**16 - 1),
-    "uint32": (0, 2**32 - 1),
-}
 _PYTHON_TYPE: Mapping[str, type] = {
     "bool": bool,
     "float64": float,
@@ -235,9 +228,9 @@ def _primitive_problem(kafka_type: str, python_type: Any) -> str | None:
     """Whether kio's Python type can hold the kafka_type's values (kio checks this at runtime)."""
     if not isinstance(python_type, type):
         return f"Python type {python_type!r} is not a class"
-    if kafka_type in _INT_BOUNDS:
+    if kafka_type in INT_RANGES:
         bounds = (getattr(python_type, "__low__", None), getattr(python_type, "__high__", None))
-        if not issubclass(python_type, int) or bounds != _INT_BOUNDS[kafka_type]:
+        if not issubclass(python_type, int) or bounds != INT_RANGES[kafka_type]:
             return f"Python type {python_type.__name__} is not a {kafka_type}"
         return None
     expected = _PYTHON_TYPE.get(kafka_type)
