@@ -156,6 +156,18 @@ class BrokerConfig:
     offsets_topic_num_partitions: int = 50
     socket_request_max_bytes: int = 104_857_600
     connections_max_idle_ms: int = 600_000
+    group_initial_rebalance_delay_ms: int = 3_000
+    """`group.initial.rebalance.delay.ms`: how long a new group waits for more members before
+    its first rebalance completes (`make run` and the tests set 0)."""
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_max_size: int = 2_147_483_647
+    offsets_retention_minutes: int = 10_080
+    """`offsets.retention.minutes`: committed offsets of an empty group expire after this."""
+    offsets_retention_check_interval_ms: int = 600_000
+    offset_metadata_max_bytes: int = 4_096
+    producer_id_expiration_ms: int = 86_400_000
+    """`producer.id.expiration.ms`: an idle producer's state is dropped after this."""
     log: LogConfig = field(default_factory=LogConfig)
     """Topic defaults from the broker-level `log.*` names."""
     extra: dict[str, str] = field(default_factory=dict)
@@ -264,6 +276,14 @@ _BROKER: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "offsets.topic.num.partitions": ("offsets_topic_num_partitions", _int(1)),
     "socket.request.max.bytes": ("socket_request_max_bytes", _int(1)),
     "connections.max.idle.ms": ("connections_max_idle_ms", _int(-1)),
+    "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", _int(0)),
+    "group.min.session.timeout.ms": ("group_min_session_timeout_ms", _int(0)),
+    "group.max.session.timeout.ms": ("group_max_session_timeout_ms", _int(0)),
+    "group.max.size": ("group_max_size", _int(1)),
+    "offsets.retention.minutes": ("offsets_retention_minutes", _int(1)),
+    "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", _int(1)),
+    "offset.metadata.max.bytes": ("offset_metadata_max_bytes", _int(0)),
+    "producer.id.expiration.ms": ("producer_id_expiration_ms", _int(1)),
 }
 
 # Broker-level names that set a topic default, and the topic name they set.
