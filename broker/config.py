@@ -172,6 +172,8 @@ class BrokerConfig:
     """Topic defaults from the broker-level `log.*` names."""
     extra: dict[str, str] = field(default_factory=dict)
     """Names Gregor accepts but does not act on yet."""
+    properties: dict[str, str] = field(default_factory=dict)
+    """Every name as written (file and overrides): what DescribeConfigs reports as static."""
 
     @property
     def advertised(self) -> tuple[Listener, ...]:
@@ -207,7 +209,7 @@ class BrokerConfig:
             # Name the key the operator wrote (log.cleanup.policy), not the topic-level name.
             written = source_keys.get(exc.key, exc.key)
             raise InvalidConfig(written, properties.get(written), exc.reason) from None
-        config = cls(**values, extra=extra)
+        config = cls(**values, extra=extra, properties=dict(properties))
         config._validate()
         return config
 

@@ -11,21 +11,26 @@ import asyncio
 import base64
 import logging
 import signal
-import time
 import uuid
 from pathlib import Path
 
 from broker.config import BrokerConfig
 from broker.handlers import NodeState, build_dispatcher
-from broker.handlers.context import Endpoint
+from broker.handlers.context import Endpoint, wall_clock_ms
+from broker.kraft import MetadataService
+from broker.metadata import PartitionChanged
+from broker.replica import ReplicaManager
 from broker.server import BoundListener, BrokerServer
-from broker.storage import LogManager
+from broker.storage import LogManager, StorageError
 
 __all__ = ["Node", "NodeError", "format_log_dirs", "new_cluster_id"]
 
 log = logging.getLogger(__name__)
 
 META_PROPERTIES = "meta.properties"
+HOUSEKEEPING_INTERVAL_S = 1.0
+CLEANER_BACKOFF_MS = 15_000
+"""`log.cleaner.backoff.ms`: pause between compaction rounds."""
 
 
 class NodeError(Exception):
@@ -78,24 +83,75 @@ class Node:
         self.config = config
         self.cluster_id = format_log_dirs(config, cluster_id)
         self.logs = LogManager(list(config.log_dirs), config.log)
-        self.state = NodeState(config, self.cluster_id)
-        self.server = BrokerServer(config, build_dispatcher(self.state))
-        self._stopped = asyncio.Event()
+        self.clock = wall_clock_ms
+        self.metadata: MetadataService | None = None
+        self.server: BrokerServer | None = None
+        self.state: NodeState | None = None
+        self._housekeeping: asyncio.Task[None] | None = None
 
     async def start(self) -> list[BoundListener]:
-        self.logs.startup(now_ms=int(time.time() * 1000))
+        """Lock the log dirs, replay the metadata log, load the partitions it assigns here,
+        then listen and register: clients are served only once the node knows its state."""
+        now = self.clock()
+        try:
+            self.logs.lock()
+        except StorageError as exc:
+            raise NodeError(str(exc)) from None
+        metadata = self.metadata = MetadataService(self.config, self.clock)
+        metadata.replay()
+        image = metadata.image
+        self.logs.startup(
+            now_ms=now, configs={name: metadata.topic_log_config(name) for name in image.topics}
+        )
+        replicas = ReplicaManager(
+            self.config.node_id, self.logs, image, metadata.topic_log_config, self.clock
+        )
+        for topic in image.topics.values():
+            for index, partition in topic.partitions.items():
+                replicas.apply(PartitionChanged(topic, index, partition))
+        replicas.remove_strays()
+        metadata.subscribers.append(replicas.apply)
+        self.state = NodeState(self.config, self.cluster_id, metadata, replicas, clock=self.clock)
+        self.server = BrokerServer(self.config, build_dispatcher(self.state))
         bound = await self.server.start()
         by_name = {b.name: b for b in bound}
         for listener in self.config.advertised:
             port = listener.port or by_name[listener.name].port
             host = listener.host or "localhost"
             self.state.advertised[listener.name] = Endpoint(host, port)
+        await metadata.register_broker(
+            {name: (e.host, e.port) for name, e in self.state.advertised.items()}
+        )
+        self._housekeeping = asyncio.get_running_loop().create_task(self._housekeep())
         return bound
 
+    async def _housekeep(self) -> None:
+        """Retention, time-based flushes, checkpoints and compaction, on Kafka's cadences."""
+        last_clean = 0
+        while True:
+            await asyncio.sleep(HOUSEKEEPING_INTERVAL_S)
+            now = self.clock()
+            try:
+                self.logs.tick(now)
+                if now - last_clean >= CLEANER_BACKOFF_MS:
+                    last_clean = now
+                    assert self.state is not None
+                    watermarks = {
+                        key: p.high_watermark for key, p in self.state.replicas.partitions.items()
+                    }
+                    self.logs.clean_filthiest(now, high_watermarks=watermarks)
+            except Exception:
+                log.exception("housekeeping failed; retrying on the next round")
+
     async def stop(self) -> None:
-        await self.server.stop()
-        self.logs.shutdown(now_ms=int(time.time() * 1000))
-        self._stopped.set()
+        if self._housekeeping is not None:
+            self._housekeeping.cancel()
+            await asyncio.gather(self._housekeeping, return_exceptions=True)
+        if self.server is not None:
+            await self.server.stop()
+        self.logs.shutdown(now_ms=self.clock())
+        if self.metadata is not None:
+            self.metadata.close()
 
     async def run_until_signalled(self) -> None:
         """Serve until SIGTERM or SIGINT, then stop cleanly."""

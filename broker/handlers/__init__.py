@@ -6,8 +6,9 @@ from __future__ import annotations
 from broker.protocol import ApiKey
 from broker.server import Dispatcher, Handler
 
-from . import api_versions, metadata
+from . import api_versions, cluster, configs, fetch, list_offsets, metadata, produce, topics
 from .context import NodeState
+from .producer_ids import InitProducerId
 
 __all__ = ["NodeState", "build_dispatcher"]
 
@@ -18,5 +19,18 @@ def build_dispatcher(state: NodeState) -> Dispatcher:
     dispatcher = Dispatcher(handlers, error_responders={ApiKey.METADATA: metadata.error_response})
     handlers[ApiKey.API_VERSIONS] = api_versions.Handler(lambda: dispatcher.handled_api_keys)
     handlers[ApiKey.METADATA] = metadata.Handler(state)
+    handlers[ApiKey.PRODUCE] = produce.Handler(state)
+    handlers[ApiKey.FETCH] = fetch.Handler(state)
+    handlers[ApiKey.LIST_OFFSETS] = list_offsets.Handler(state)
+    handlers[ApiKey.CREATE_TOPICS] = topics.CreateTopics(state)
+    handlers[ApiKey.DELETE_TOPICS] = topics.DeleteTopics(state)
+    handlers[ApiKey.CREATE_PARTITIONS] = topics.CreatePartitions(state)
+    handlers[ApiKey.DESCRIBE_CONFIGS] = configs.DescribeConfigs(state)
+    handlers[ApiKey.ALTER_CONFIGS] = configs.AlterConfigs(state)
+    handlers[ApiKey.INCREMENTAL_ALTER_CONFIGS] = configs.IncrementalAlterConfigs(state)
+    handlers[ApiKey.DESCRIBE_CLUSTER] = cluster.DescribeCluster(state)
+    handlers[ApiKey.DESCRIBE_LOG_DIRS] = cluster.DescribeLogDirs(state)
+    handlers[ApiKey.DELETE_RECORDS] = cluster.DeleteRecords(state)
+    handlers[ApiKey.INIT_PRODUCER_ID] = InitProducerId(state)
     dispatcher.register(handlers)
     return dispatcher

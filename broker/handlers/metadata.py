@@ -1,7 +1,9 @@
 """Metadata: the brokers a client should talk to, and the topics it asked about.
 
 Brokers are advertised on the listener the client connected through, as Kafka does, so a
-client on an internal listener never gets an external address.
+client on an internal listener never gets an external address. Unknown topics are created
+when the client allows it and `auto.create.topics.enable` is on, with `num.partitions` and
+`default.replication.factor`; the answer then already describes the new topic.
 """
 
 from __future__ import annotations
@@ -9,14 +11,27 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from broker.metadata import TopicRequest, TopicState
+from broker.metadata.controller import validate_topic_name
 from broker.protocol import ApiKey, ErrorCode, RequestBody, ResponseBody, build, response_module
 from broker.server import RequestContext
 
 from .context import NodeState
 
-__all__ = ["Handler", "error_response"]
+__all__ = ["AUTHORIZED_OPERATIONS_OMITTED", "Handler", "error_response", "live_brokers"]
 
 _ZERO = timedelta(0)
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+
+
+def live_brokers(state: NodeState, listener: str) -> list[tuple[int, str, int, str | None]]:
+    """(id, host, port, rack) of every unfenced broker reachable on `listener`."""
+    found = []
+    for broker in state.metadata.image.live_brokers:
+        endpoint = broker.endpoints.get(listener)
+        if endpoint is not None:
+            found.append((broker.broker_id, endpoint[0], endpoint[1], broker.rack))
+    return found
 
 
 class Handler:
@@ -26,39 +41,94 @@ class Handler:
     async def __call__(self, context: RequestContext, request: Any) -> ResponseBody:
         version = context.header.api_version
         schema = response_module(ApiKey.METADATA, version)
-        endpoint = self._state.advertised.get(context.listener)
-        brokers: tuple[Any, ...] = ()
-        if endpoint is not None:
-            brokers = (
-                build(
-                    schema.MetadataResponseBroker,
-                    node_id=self._state.config.node_id,
-                    host=endpoint.host,
-                    port=endpoint.port,
-                    rack=self._state.config.broker_rack,
-                ),
-            )
-        requested = request.topics or ()
-        topics = tuple(
-            build(
-                schema.MetadataResponseTopic,
-                error_code=ErrorCode.unknown_topic_or_partition,
-                name=topic.name,
-                topic_id=None,
-                is_internal=False,
-                partitions=(),
-            )
-            for topic in requested
+        state = self._state
+        image = state.metadata.image
+        brokers = tuple(
+            build(schema.MetadataResponseBroker, node_id=i, host=h, port=p, rack=r)
+            for i, h, p, r in live_brokers(state, context.listener)
         )
+        requested = request.topics
+        if requested is None or (version == 0 and not requested):
+            topics = [self._describe(schema, t) for t in image.topics.values()]
+        else:
+            await self._auto_create(request, version)
+            topics = []
+            for wanted in requested:
+                name = getattr(wanted, "name", None)
+                topic = image.topics.get(name) if name is not None else None
+                topic_id = getattr(wanted, "topic_id", None)
+                if name is None and topic_id is not None:
+                    topic = image.topics_by_id.get(topic_id)
+                if topic is not None:
+                    topics.append(self._describe(schema, topic))
+                    continue
+                error = ErrorCode.unknown_topic_or_partition
+                if name is None:
+                    error = ErrorCode.unknown_topic_id
+                elif validate_topic_name(name) is not None:
+                    error = ErrorCode.invalid_topic_exception
+                topics.append(
+                    build(
+                        schema.MetadataResponseTopic,
+                        error_code=error,
+                        name=name,
+                        topic_id=topic_id,
+                        is_internal=False,
+                        partitions=(),
+                        topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+                    )
+                )
         response: ResponseBody = build(
             schema.MetadataResponse,
             throttle_time=_ZERO,
             brokers=brokers,
-            cluster_id=self._state.cluster_id,
-            controller_id=self._state.config.node_id,
-            topics=topics,
+            cluster_id=state.cluster_id,
+            controller_id=state.node_id,
+            topics=tuple(topics),
+            cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
         )
         return response
+
+    async def _auto_create(self, request: Any, version: int) -> None:
+        state = self._state
+        allowed = getattr(request, "allow_auto_topic_creation", True)
+        if not (allowed and state.config.auto_create_topics_enable):
+            return
+        image = state.metadata.image
+        missing = [
+            TopicRequest(t.name)
+            for t in request.topics
+            if getattr(t, "name", None)
+            and t.name not in image.topics
+            and not t.name.startswith("__")
+            and validate_topic_name(t.name) is None
+        ]
+        if missing:
+            await state.metadata.propose(lambda controller: controller.create_topics(missing))
+
+    def _describe(self, schema: Any, topic: TopicState) -> Any:
+        partitions = tuple(
+            build(
+                schema.MetadataResponsePartition,
+                error_code=ErrorCode.none,
+                partition_index=index,
+                leader_id=p.leader,
+                leader_epoch=p.leader_epoch,
+                replica_nodes=p.replicas,
+                isr_nodes=p.isr,
+                offline_replicas=(),
+            )
+            for index, p in sorted(topic.partitions.items())
+        )
+        return build(
+            schema.MetadataResponseTopic,
+            error_code=ErrorCode.none,
+            name=topic.name,
+            topic_id=topic.topic_id,
+            is_internal=topic.internal,
+            partitions=partitions,
+            topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+        )
 
 
 def error_response(request: RequestBody, error: ErrorCode) -> ResponseBody:
@@ -69,7 +139,7 @@ def error_response(request: RequestBody, error: ErrorCode) -> ResponseBody:
         build(
             schema.MetadataResponseTopic,
             error_code=error,
-            name=topic.name,
+            name=getattr(topic, "name", None),
             topic_id=None,
             partitions=(),
         )

@@ -4,7 +4,15 @@ What it owns: sockets, per-connection ordering and back-pressure, idle timeouts,
 order. What it must never do: interpret a request body; handlers do that.
 """
 
-from .dispatcher import Dispatcher, Handler, RequestContext
+from .dispatcher import CloseConnection, Dispatcher, ErrorResponder, Handler, RequestContext
 from .server import BoundListener, BrokerServer
 
-__all__ = ["BoundListener", "BrokerServer", "Dispatcher", "Handler", "RequestContext"]
+__all__ = [
+    "BoundListener",
+    "BrokerServer",
+    "CloseConnection",
+    "Dispatcher",
+    "ErrorResponder",
+    "Handler",
+    "RequestContext",
+]

@@ -473,6 +473,12 @@ class Log:
         for segment in self.segments:
             segment.flush_to_os()
 
+    def update_config(self, config: LogConfig) -> None:
+        """New topic settings (AlterConfigs): they apply to the active segment from now on
+        and to every segment rolled later; closed segments are not rewritten."""
+        self.config = config
+        self.active_segment.update_config(config)
+
     def __repr__(self) -> str:
         return (
             f"Log({self.topic}-{self.partition}, start={self.log_start_offset}, "

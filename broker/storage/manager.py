@@ -76,13 +76,31 @@ class LogManager:
         self._pending: list[_PendingDeletion] = []
         self._last_checkpoint_ms = 0
         self._first_dirty: dict[TopicPartition, int] = {}
+        self._locked: set[Path] = set()
+        self.reserved_topics: frozenset[str] = frozenset({"__cluster_metadata"})
+        """Partition dirs that are not this manager's to load (the metadata log's own)."""
 
     # -- startup and shutdown ---------------------------------------------------------------
+
+    def lock(self) -> None:
+        """Take every log dir's `.lock` (fatal if another process holds one), before anything
+        in the dirs is read — the metadata log is read before the partitions are loaded."""
+        for log_dir in self.log_dirs:
+            if log_dir in self._locked:
+                continue
+            try:
+                log_dir.mkdir(parents=True, exist_ok=True)
+                self._lock(log_dir)
+            except OSError as exc:
+                self.offline_dirs[log_dir] = f"{type(exc).__name__}: {exc}"
 
     def startup(self, now_ms: int, configs: dict[str, LogConfig] | None = None) -> None:
         """Lock and load every log dir; `configs` holds per-topic overrides."""
         configs = configs or {}
+        self.lock()
         for log_dir in self.log_dirs:
+            if log_dir in self.offline_dirs:
+                continue
             try:
                 self._load_dir(log_dir, now_ms, configs)
             except OSError as exc:
@@ -90,8 +108,6 @@ class LogManager:
         self._last_checkpoint_ms = now_ms
 
     def _load_dir(self, log_dir: Path, now_ms: int, configs: dict[str, LogConfig]) -> None:
-        log_dir.mkdir(parents=True, exist_ok=True)
-        self._lock(log_dir)
         marker = log_dir / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
         recovery_points = read_offset_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
@@ -106,6 +122,8 @@ class LogManager:
             try:
                 key = parse_partition_dir(child.name)
             except ValueError:
+                continue
+            if key[0] in self.reserved_topics:
                 continue
             if key in self.logs:
                 self.offline[key] = f"also found in {self._dir_of[key]}; refusing {child}"
@@ -140,6 +158,7 @@ class LogManager:
                 f"log dir {log_dir} is in use by another process (its {LOCK_FILE} is locked)"
             ) from None
         self._locks.append(handle)
+        self._locked.add(log_dir)
 
     def shutdown(self, now_ms: int) -> None:
         """Clean shutdown: flush and close every log, checkpoint, and leave the marker that
@@ -157,6 +176,7 @@ class LogManager:
         for handle in self._locks:
             handle.close()
         self._locks.clear()
+        self._locked.clear()
         self.logs.clear()
 
     # -- partitions -------------------------------------------------------------------------

@@ -263,6 +263,10 @@ class LogSegment:
 
     # -- reading ---------------------------------------------------------------------------
 
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config
+        self._max_segment_ms = config.max_segment_ms
+
     def find_batch(self, offset: int) -> tuple[int, BatchHeader] | None:
         """The first batch whose last offset is at least `offset`: where a read starts."""
         _, start = self.offset_index.lookup(offset)

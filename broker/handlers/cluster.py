@@ -1,0 +1,147 @@
+"""DescribeCluster, DescribeLogDirs, DeleteRecords: what the cluster and its disks hold."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Any
+
+from broker.protocol import ApiKey, ErrorCode, ResponseBody, build, response_module
+from broker.server import RequestContext
+
+from .context import NodeState
+from .metadata import AUTHORIZED_OPERATIONS_OMITTED, live_brokers
+
+__all__ = ["DeleteRecords", "DescribeCluster", "DescribeLogDirs"]
+
+_ZERO = timedelta(0)
+
+
+class DescribeCluster:
+    def __init__(self, state: NodeState) -> None:
+        self._state = state
+
+    async def __call__(self, context: RequestContext, request: Any) -> ResponseBody:
+        schema = response_module(ApiKey.DESCRIBE_CLUSTER, context.header.api_version)
+        endpoint_type = getattr(request, "endpoint_type", 1)
+        if endpoint_type != 1:
+            response: ResponseBody = build(
+                schema.DescribeClusterResponse,
+                throttle_time=_ZERO,
+                error_code=ErrorCode.unsupported_endpoint_type,
+                error_message="Only brokers are described (endpoint type 1)",
+                endpoint_type=endpoint_type,
+                cluster_id=self._state.cluster_id,
+                controller_id=-1,
+                brokers=(),
+                cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+            )
+            return response
+        brokers = tuple(
+            build(schema.DescribeClusterBroker, broker_id=i, host=h, port=p, rack=r)
+            for i, h, p, r in live_brokers(self._state, context.listener)
+        )
+        response = build(
+            schema.DescribeClusterResponse,
+            throttle_time=_ZERO,
+            error_code=ErrorCode.none,
+            error_message=None,
+            endpoint_type=1,
+            cluster_id=self._state.cluster_id,
+            controller_id=self._state.node_id,
+            brokers=brokers,
+            cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+        )
+        return response
+
+
+class DescribeLogDirs:
+    def __init__(self, state: NodeState) -> None:
+        self._state = state
+
+    async def __call__(self, context: RequestContext, request: Any) -> ResponseBody:
+        schema = response_module(ApiKey.DESCRIBE_LOG_DIRS, context.header.api_version)
+        logs = self._state.replicas.logs
+        wanted: dict[str, set[int]] | None = None
+        if request.topics is not None:
+            wanted = {t.topic: set(t.partitions) for t in request.topics}
+        results = []
+        for log_dir in logs.log_dirs:
+            if log_dir in logs.offline_dirs:
+                results.append(
+                    build(
+                        schema.DescribeLogDirsResult,
+                        error_code=ErrorCode.kafka_storage_error,
+                        log_dir=str(log_dir),
+                        topics=(),
+                    )
+                )
+                continue
+            by_topic: dict[str, list[Any]] = {}
+            for (topic, index), log_ in logs:
+                if logs.log_dir_of(topic, index) != log_dir:
+                    continue
+                if wanted is not None and index not in wanted.get(topic, ()):
+                    continue
+                by_topic.setdefault(topic, []).append(
+                    build(
+                        schema.DescribeLogDirsPartition,
+                        partition_index=index,
+                        partition_size=log_.size_in_bytes,
+                        offset_lag=0,
+                        is_future_key=False,
+                    )
+                )
+            usage = os.statvfs(log_dir)
+            results.append(
+                build(
+                    schema.DescribeLogDirsResult,
+                    error_code=ErrorCode.none,
+                    log_dir=str(log_dir),
+                    topics=tuple(
+                        build(schema.DescribeLogDirsTopic, name=name, partitions=tuple(parts))
+                        for name, parts in sorted(by_topic.items())
+                    ),
+                    total_bytes=usage.f_blocks * usage.f_frsize,
+                    usable_bytes=usage.f_bavail * usage.f_frsize,
+                )
+            )
+        response: ResponseBody = build(
+            schema.DescribeLogDirsResponse,
+            throttle_time=_ZERO,
+            error_code=ErrorCode.none,
+            results=tuple(results),
+        )
+        return response
+
+
+class DeleteRecords:
+    def __init__(self, state: NodeState) -> None:
+        self._replicas = state.replicas
+
+    async def __call__(self, context: RequestContext, request: Any) -> ResponseBody:
+        schema = response_module(ApiKey.DELETE_RECORDS, context.header.api_version)
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for wanted in topic.partitions:
+                error, low_watermark = self._replicas.delete_records(
+                    topic.name, wanted.partition_index, wanted.offset
+                )
+                partitions.append(
+                    build(
+                        schema.DeleteRecordsPartitionResult,
+                        partition_index=wanted.partition_index,
+                        low_watermark=low_watermark,
+                        error_code=error,
+                    )
+                )
+            topics.append(
+                build(
+                    schema.DeleteRecordsTopicResult, name=topic.name, partitions=tuple(partitions)
+                )
+            )
+        response: ResponseBody = build(
+            schema.DeleteRecordsResponse, throttle_time=_ZERO, topics=tuple(topics)
+        )
+        return response

@@ -1,0 +1,72 @@
+"""Produce: record batches appended to partition logs, as they came (offsets patched in place).
+
+acks=0 gets no response at all; if such a request fails, the connection is closed so the
+client notices, as Kafka does. acks=1 and acks=all are answered once the batch is in the log
+(and, for all, once the in-sync replicas have it — on one node, at once).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from broker.protocol import ApiKey, ErrorCode, ResponseBody, build, response_module
+from broker.server import CloseConnection, RequestContext
+
+from .context import NodeState
+
+__all__ = ["Handler"]
+
+_ZERO = timedelta(0)
+
+
+class Handler:
+    def __init__(self, state: NodeState) -> None:
+        self._replicas = state.replicas
+
+    async def __call__(self, context: RequestContext, request: Any) -> ResponseBody | None:
+        version = context.header.api_version
+        schema = response_module(ApiKey.PRODUCE, version)
+        acks = request.acks
+        partition_type = schema.PartitionProduceResponse
+        topics = []
+        failed: list[str] = []
+        for topic in request.topic_data:
+            partitions = []
+            for data in topic.partition_data:
+                if acks not in (0, 1, -1):
+                    error, message, info = ErrorCode.invalid_required_acks, None, None
+                elif data.records is None:
+                    error, message, info = ErrorCode.corrupt_message, "no records", None
+                else:
+                    result = self._replicas.append(topic.name, data.index, data.records, acks)
+                    error, message, info = result.error, result.message, result.info
+                if error != ErrorCode.none:
+                    failed.append(f"{topic.name}-{data.index}: {error.name}")
+                partitions.append(
+                    build(
+                        partition_type,
+                        index=data.index,
+                        error_code=error,
+                        base_offset=info.first_offset if info is not None else -1,
+                        log_append_time=None,
+                        log_start_offset=info.log_start_offset if info is not None else -1,
+                        record_errors=(),
+                        error_message=message,
+                    )
+                )
+            topics.append(
+                build(
+                    schema.TopicProduceResponse,
+                    name=topic.name,
+                    partition_responses=tuple(partitions),
+                )
+            )
+        if acks == 0:
+            if failed:
+                raise CloseConnection(f"acks=0 produce failed: {', '.join(failed)}")
+            return None
+        response: ResponseBody = build(
+            schema.ProduceResponse, responses=tuple(topics), throttle_time=_ZERO
+        )
+        return response

@@ -1,0 +1,63 @@
+"""InitProducerId for idempotent producers: ids come in blocks the controller hands out
+(ProducerIdsRecord), so a restarted node never reuses one. Transactions are not supported yet:
+a transactional id is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients report
+as fatal rather than retrying forever."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from broker.metadata import QuorumController
+from broker.protocol import ApiKey, ErrorCode, ResponseBody, build, response_module
+from broker.server import RequestContext
+
+from .context import NodeState
+
+__all__ = ["InitProducerId"]
+
+_ZERO = timedelta(0)
+_MAX_EPOCH = 32767
+
+
+class InitProducerId:
+    def __init__(self, state: NodeState) -> None:
+        self._state = state
+        self._block: range = range(0)
+        self._next = 0
+
+    async def _new_id(self) -> int:
+        if self._next >= self._block.stop:
+            state = self._state
+
+            def decide(controller: QuorumController) -> tuple[list[Any], range]:
+                return controller.allocate_producer_ids(state.node_id, state.metadata.broker_epoch)
+
+            self._block = await state.metadata.propose(decide)
+            self._next = self._block.start
+        producer_id = self._next
+        self._next += 1
+        return producer_id
+
+    async def __call__(self, context: RequestContext, request: Any) -> ResponseBody:
+        schema = response_module(ApiKey.INIT_PRODUCER_ID, context.header.api_version)
+        error = ErrorCode.none
+        producer_id, epoch = -1, -1
+        if request.transactional_id is not None:
+            error = ErrorCode.transactional_id_authorization_failed
+        else:
+            given_id = getattr(request, "producer_id", -1)
+            given_epoch = getattr(request, "producer_epoch", -1)
+            if given_id >= 0 and 0 <= given_epoch < _MAX_EPOCH - 1:
+                # KIP-360: an idempotent producer bumps its epoch to reset its sequences.
+                producer_id, epoch = given_id, given_epoch + 1
+            else:
+                producer_id, epoch = await self._new_id(), 0
+        response: ResponseBody = build(
+            schema.InitProducerIdResponse,
+            throttle_time=_ZERO,
+            error_code=error,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+        )
+        return response

@@ -1,0 +1,157 @@
+"""CreateTopics, DeleteTopics, CreatePartitions: admin changes decided by the controller and
+answered once their records are committed. `validate_only` runs every check and commits
+nothing."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from broker.metadata import QuorumController, TopicRequest
+from broker.metadata.configs import resolve_topic_configs
+from broker.metadata.image import BROKER_RESOURCE
+from broker.protocol import ApiKey, ResponseBody, build, response_module
+from broker.server import RequestContext
+
+from .context import NodeState
+
+__all__ = ["CreatePartitions", "CreateTopics", "DeleteTopics"]
+
+_ZERO = timedelta(0)
+
+
+class CreateTopics:
+    def __init__(self, state: NodeState) -> None:
+        self._state = state
+
+    async def __call__(self, context: RequestContext, request: Any) -> ResponseBody:
+        version = context.header.api_version
+        schema = response_module(ApiKey.CREATE_TOPICS, version)
+        wanted = [
+            TopicRequest(
+                name=t.name,
+                num_partitions=t.num_partitions,
+                replication_factor=t.replication_factor,
+                assignments={a.partition_index: tuple(a.broker_ids) for a in t.assignments},
+                configs={c.name: c.value for c in t.configs},
+            )
+            for t in request.topics
+        ]
+        validate_only = getattr(request, "validate_only", False)
+
+        def decide(controller: QuorumController) -> tuple[list[Any], list[Any]]:
+            records, results = controller.create_topics(wanted)
+            return ([] if validate_only else records), results
+
+        results = await self._state.metadata.propose(decide)
+        topics = []
+        for request_topic, result in zip(wanted, results, strict=True):
+            configs = None
+            if result.ok and version >= 5:
+                configs = tuple(
+                    build(
+                        schema.CreatableTopicConfigs,
+                        name=c.name,
+                        value=c.value,
+                        read_only=False,
+                        config_source=int(c.source),
+                        is_sensitive=False,
+                    )
+                    for c in self._resolved(request_topic)
+                )
+            topics.append(
+                build(
+                    schema.CreatableTopicResult,
+                    name=result.name,
+                    topic_id=result.topic_id,
+                    error_code=result.error,
+                    error_message=result.message,
+                    topic_config_error_code=0,
+                    num_partitions=result.num_partitions,
+                    replication_factor=result.replication_factor,
+                    configs=configs,
+                )
+            )
+        response: ResponseBody = build(
+            schema.CreateTopicsResponse, throttle_time=_ZERO, topics=tuple(topics)
+        )
+        return response
+
+    def _resolved(self, topic: TopicRequest) -> list[Any]:
+        state = self._state
+        image = state.metadata.image
+        return resolve_topic_configs(
+            {k: v for k, v in topic.configs.items() if v is not None},
+            state.config.properties,
+            image.configs.get((BROKER_RESOURCE, str(state.node_id)), {}),
+            image.configs.get((BROKER_RESOURCE, ""), {}),
+        )
+
+
+class DeleteTopics:
+    def __init__(self, state: NodeState) -> None:
+        self._state = state
+
+    async def __call__(self, context: RequestContext, request: Any) -> ResponseBody:
+        version = context.header.api_version
+        schema = response_module(ApiKey.DELETE_TOPICS, version)
+        if version >= 6:
+            names = [t.name for t in request.topics if t.name is not None]
+            ids = [t.topic_id for t in request.topics if t.name is None]
+        else:
+            names, ids = list(request.topic_names), []
+        results = await self._state.metadata.propose(
+            lambda controller: controller.delete_topics(names, ids)
+        )
+        responses = tuple(
+            build(
+                schema.DeletableTopicResult,
+                name=name,
+                topic_id=topic_id,
+                error_code=outcome.error,
+                error_message=outcome.message,
+            )
+            for name, topic_id, outcome in results
+        )
+        response: ResponseBody = build(
+            schema.DeleteTopicsResponse, throttle_time=_ZERO, responses=responses
+        )
+        return response
+
+
+class CreatePartitions:
+    def __init__(self, state: NodeState) -> None:
+        self._state = state
+
+    async def __call__(self, context: RequestContext, request: Any) -> ResponseBody:
+        version = context.header.api_version
+        schema = response_module(ApiKey.CREATE_PARTITIONS, version)
+        results = []
+        for topic in request.topics:
+            assignments = (
+                None
+                if topic.assignments is None
+                else [tuple(a.broker_ids) for a in topic.assignments]
+            )
+
+            def decide(
+                controller: QuorumController, topic: Any = topic, assignments: Any = assignments
+            ) -> tuple[list[Any], Any]:
+                records, outcome = controller.create_partitions(
+                    topic.name, topic.count, assignments
+                )
+                return ([] if request.validate_only else records), outcome
+
+            outcome = await self._state.metadata.propose(decide)
+            results.append(
+                build(
+                    schema.CreatePartitionsTopicResult,
+                    name=topic.name,
+                    error_code=outcome.error,
+                    error_message=outcome.message,
+                )
+            )
+        response: ResponseBody = build(
+            schema.CreatePartitionsResponse, throttle_time=_ZERO, results=tuple(results)
+        )
+        return response

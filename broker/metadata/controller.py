@@ -1,0 +1,460 @@
+"""The quorum controller's decisions: admin requests in, metadata records and results out.
+
+Pure: each method reads the image, validates the request with Kafka's rules and error codes, and
+returns the records that carry it out plus the per-item results. It changes nothing itself; the
+records take effect when the metadata log has committed them and the image applies them, so a
+failed write leaves no half-made topic. Randomness (topic ids) is passed in.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from broker.protocol.errors import ErrorCode
+from broker.storage.config import InvalidConfig
+
+from .configs import BROKER_DYNAMIC, TOPIC_CONFIGS, validate_topic_configs
+from .image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
+from .records import (
+    ConfigRecord,
+    MetadataRecord,
+    PartitionRecord,
+    ProducerIdsRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+)
+
+__all__ = [
+    "PRODUCER_ID_BLOCK_SIZE",
+    "ConfigOp",
+    "Outcome",
+    "QuorumController",
+    "TopicRequest",
+    "TopicResult",
+    "validate_topic_name",
+]
+
+PRODUCER_ID_BLOCK_SIZE = 1000
+"""Producer ids handed to a broker at a time (Kafka's ProducerIdsBlock size)."""
+
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+def validate_topic_name(name: str) -> str | None:
+    """Kafka's topic name rules; the message Kafka gives, or None when the name is legal."""
+    if not name:
+        return "Topic name is illegal, it can't be empty"
+    if name in (".", ".."):
+        return 'Topic name cannot be "." or ".."'
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        return (
+            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters, "
+            f"topic name: {name}"
+        )
+    if not _LEGAL_TOPIC.match(name):
+        return (
+            f'Topic name "{name}" is illegal, it contains a character other than ASCII '
+            "alphanumerics, '.', '_' and '-'"
+        )
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRequest:
+    name: str
+    num_partitions: int = -1
+    """-1: the broker's `num.partitions`."""
+    replication_factor: int = -1
+    """-1: the broker's `default.replication.factor`."""
+    assignments: Mapping[int, Sequence[int]] = field(default_factory=dict)
+    configs: Mapping[str, str | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicResult:
+    name: str
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+    topic_id: uuid.UUID | None = None
+    num_partitions: int = -1
+    replication_factor: int = -1
+
+    @property
+    def ok(self) -> bool:
+        return self.error == ErrorCode.none
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigOp:
+    """One IncrementalAlterConfigs operation (AlterConfigs is a SET of everything)."""
+
+    name: str
+    op: int
+    """0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT (Kafka's AlterConfigOp.OpType ids)."""
+    value: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+
+
+_LIST_CONFIGS = {name for name, d in TOPIC_CONFIGS.items() if d.type.name == "LIST"}
+
+
+class QuorumController:
+    def __init__(
+        self,
+        image: MetadataImage,
+        *,
+        num_partitions: int,
+        replication_factor: int,
+        new_topic_id: Callable[[], uuid.UUID] = uuid.uuid4,
+    ) -> None:
+        self.image = image
+        self.num_partitions = num_partitions
+        self.replication_factor = replication_factor
+        self._new_topic_id = new_topic_id
+
+    # -- topics -----------------------------------------------------------------------------
+
+    def create_topics(
+        self, requests: Sequence[TopicRequest]
+    ) -> tuple[list[MetadataRecord], list[TopicResult]]:
+        records: list[MetadataRecord] = []
+        results: list[TopicResult] = []
+        names = [r.name for r in requests]
+        creating: set[str] = set()
+        for request in requests:
+            if names.count(request.name) > 1:
+                results.append(
+                    TopicResult(
+                        request.name,
+                        ErrorCode.invalid_request,
+                        f"Create topics request from client contains multiple entries for "
+                        f"topic {request.name}",
+                    )
+                )
+                continue
+            result, topic_records = self._create_topic(request, creating)
+            results.append(result)
+            if result.ok:
+                creating.add(request.name)
+                records.extend(topic_records)
+        return records, results
+
+    def _create_topic(
+        self, request: TopicRequest, creating: set[str]
+    ) -> tuple[TopicResult, list[MetadataRecord]]:
+        name = request.name
+        illegal = validate_topic_name(name)
+        if illegal is not None:
+            return TopicResult(name, ErrorCode.invalid_topic_exception, illegal), []
+        if name in self.image.topics:
+            return TopicResult(
+                name, ErrorCode.topic_already_exists, f"Topic '{name}' already exists."
+            ), []
+        collision = self._collides(name, creating)
+        if collision is not None:
+            return TopicResult(
+                name,
+                ErrorCode.invalid_topic_exception,
+                f"Topic '{name}' collides with existing topic: {collision}",
+            ), []
+        try:
+            validate_topic_configs(request.configs)
+        except InvalidConfig as exc:
+            return TopicResult(name, ErrorCode.invalid_config, str(exc)), []
+        brokers = [b.broker_id for b in self.image.live_brokers]
+        if request.assignments:
+            if request.num_partitions != -1 or request.replication_factor != -1:
+                return TopicResult(
+                    name,
+                    ErrorCode.invalid_request,
+                    "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                    "Both cannot be used at the same time.",
+                ), []
+            assignments = {p: tuple(r) for p, r in request.assignments.items()}
+            problem = _check_assignments(assignments, brokers, first_partition=0)
+            if problem is not None:
+                return TopicResult(name, ErrorCode.invalid_replica_assignment, problem), []
+        else:
+            partitions = request.num_partitions
+            if partitions == -1:
+                partitions = self.num_partitions
+            if partitions <= 0:
+                return TopicResult(
+                    name,
+                    ErrorCode.invalid_partitions,
+                    "Number of partitions was set to an invalid non-positive value.",
+                ), []
+            factor = request.replication_factor
+            if factor == -1:
+                factor = self.replication_factor
+            if factor <= 0:
+                return TopicResult(
+                    name,
+                    ErrorCode.invalid_replication_factor,
+                    "Replication factor must be larger than 0, or -1 to use the default value.",
+                ), []
+            if factor > len(brokers):
+                return TopicResult(
+                    name,
+                    ErrorCode.invalid_replication_factor,
+                    f"Unable to replicate the partition {factor} time(s): The target "
+                    f"replication factor of {factor} cannot be reached because only "
+                    f"{len(brokers)} broker(s) are registered.",
+                ), []
+            assignments = _place(range(partitions), factor, brokers)
+        topic_id = self._new_topic_id()
+        records: list[MetadataRecord] = [TopicRecord(name, topic_id)]
+        records.extend(_partition_records(topic_id, assignments))
+        records.extend(
+            ConfigRecord(TOPIC_RESOURCE, name, key, value)
+            for key, value in sorted(request.configs.items())
+            if value is not None
+        )
+        factor = len(next(iter(assignments.values())))
+        return TopicResult(name, ErrorCode.none, None, topic_id, len(assignments), factor), records
+
+    def _collides(self, name: str, creating: set[str]) -> str | None:
+        """Kafka refuses names that differ only by '.' vs '_' (metric names would clash)."""
+        canonical = name.replace(".", "_")
+        for existing in (*self.image.topics, *creating):
+            if existing != name and existing.replace(".", "_") == canonical:
+                return existing
+        return None
+
+    def delete_topics(
+        self, names: Sequence[str], ids: Sequence[uuid.UUID] = ()
+    ) -> tuple[list[MetadataRecord], list[tuple[str | None, uuid.UUID | None, Outcome]]]:
+        """Results are (name, id, outcome) in request order: names first, then ids."""
+        records: list[MetadataRecord] = []
+        results: list[tuple[str | None, uuid.UUID | None, Outcome]] = []
+        removed: set[uuid.UUID] = set()
+        for name in names:
+            topic = self.image.topics.get(name)
+            if topic is None:
+                results.append(
+                    (
+                        name,
+                        None,
+                        Outcome(
+                            ErrorCode.unknown_topic_or_partition,
+                            "This server does not host this topic-partition.",
+                        ),
+                    )
+                )
+                continue
+            if topic.topic_id not in removed:
+                removed.add(topic.topic_id)
+                records.append(RemoveTopicRecord(topic.topic_id))
+            results.append((name, topic.topic_id, Outcome()))
+        for topic_id in ids:
+            topic = self.image.topics_by_id.get(topic_id)
+            if topic is None:
+                results.append(
+                    (None, topic_id, Outcome(ErrorCode.unknown_topic_id, "Unknown topic id"))
+                )
+                continue
+            if topic.topic_id not in removed:
+                removed.add(topic.topic_id)
+                records.append(RemoveTopicRecord(topic.topic_id))
+            results.append((topic.name, topic_id, Outcome()))
+        return records, results
+
+    def create_partitions(
+        self, topic_name: str, count: int, assignments: Sequence[Sequence[int]] | None
+    ) -> tuple[list[MetadataRecord], Outcome]:
+        topic = self.image.topics.get(topic_name)
+        if topic is None:
+            return [], Outcome(
+                ErrorCode.unknown_topic_or_partition,
+                "This server does not host this topic-partition.",
+            )
+        current = len(topic.partitions)
+        if count < current:
+            return [], Outcome(
+                ErrorCode.invalid_partitions,
+                f"Topic currently has {current} partitions, which is higher than the requested "
+                f"{count}.",
+            )
+        if count == current:
+            return [], Outcome(
+                ErrorCode.invalid_partitions, f"Topic already has {current} partitions."
+            )
+        brokers = [b.broker_id for b in self.image.live_brokers]
+        factor = len(topic.partitions[0].replicas)
+        new_partitions = range(current, count)
+        if assignments:
+            if len(assignments) != len(new_partitions):
+                return [], Outcome(
+                    ErrorCode.invalid_replica_assignment,
+                    f"Attempted to add {len(new_partitions)} additional partitions, but only "
+                    f"{len(assignments)} assignment(s) were specified.",
+                )
+            placed = {p: tuple(a) for p, a in zip(new_partitions, assignments, strict=True)}
+            problem = _check_assignments(placed, brokers, first_partition=current)
+            if problem is not None:
+                return [], Outcome(ErrorCode.invalid_replica_assignment, problem)
+        else:
+            if factor > len(brokers):
+                return [], Outcome(
+                    ErrorCode.invalid_replication_factor,
+                    f"Unable to replicate the partition {factor} time(s): only "
+                    f"{len(brokers)} broker(s) are registered.",
+                )
+            placed = _place(new_partitions, factor, brokers)
+        return list(_partition_records(topic.topic_id, placed)), Outcome()
+
+    # -- configs ----------------------------------------------------------------------------
+
+    def alter_configs(
+        self, resource_type: int, resource_name: str, ops: Sequence[ConfigOp], *, replace: bool
+    ) -> tuple[list[MetadataRecord], Outcome]:
+        """`replace`: AlterConfigs semantics (the given set becomes the whole set);
+        otherwise IncrementalAlterConfigs."""
+        if resource_type == TOPIC_RESOURCE:
+            if resource_name not in self.image.topics:
+                return [], Outcome(
+                    ErrorCode.unknown_topic_or_partition,
+                    f"The topic '{resource_name}' does not exist.",
+                )
+            current = dict(self.image.configs.get((resource_type, resource_name), {}))
+            known = set(TOPIC_CONFIGS)
+        elif resource_type == BROKER_RESOURCE:
+            if resource_name and (
+                not resource_name.isdigit() or int(resource_name) not in self.image.brokers
+            ):
+                return [], Outcome(
+                    ErrorCode.invalid_request, f"Unknown broker id {resource_name!r}"
+                )
+            current = dict(self.image.configs.get((resource_type, resource_name), {}))
+            known = set(BROKER_DYNAMIC)
+        else:
+            return [], Outcome(
+                ErrorCode.invalid_request, f"Unsupported resource type {resource_type}"
+            )
+        updated = {} if replace else dict(current)
+        for op in ops:
+            if op.name not in known:
+                if resource_type == BROKER_RESOURCE:
+                    return [], Outcome(
+                        ErrorCode.invalid_request,
+                        f"Cannot update these configs dynamically: {{{op.name}}}",
+                    )
+                return [], Outcome(
+                    ErrorCode.invalid_config, f"Unknown topic config name: {op.name}"
+                )
+            outcome = _apply_op(updated, op)
+            if outcome is not None:
+                return [], outcome
+        if resource_type == TOPIC_RESOURCE:
+            try:
+                validate_topic_configs(updated)
+            except InvalidConfig as exc:
+                return [], Outcome(ErrorCode.invalid_config, str(exc))
+        else:
+            try:
+                validate_topic_configs(
+                    {_topic_name_of(k): v for k, v in updated.items() if _topic_name_of(k)}
+                )
+            except InvalidConfig as exc:
+                return [], Outcome(ErrorCode.invalid_config, str(exc))
+        records: list[MetadataRecord] = []
+        for key in sorted(set(current) | set(updated)):
+            if current.get(key) != updated.get(key):
+                records.append(ConfigRecord(resource_type, resource_name, key, updated.get(key)))
+        return records, Outcome()
+
+    # -- producer ids -----------------------------------------------------------------------
+
+    def allocate_producer_ids(
+        self, broker_id: int, broker_epoch: int
+    ) -> tuple[list[MetadataRecord], range]:
+        start = self.image.next_producer_id
+        end = start + PRODUCER_ID_BLOCK_SIZE
+        return [ProducerIdsRecord(broker_id, broker_epoch, end)], range(start, end)
+
+
+def _topic_name_of(broker_name: str) -> str:
+    for definition in TOPIC_CONFIGS.values():
+        if definition.broker_name == broker_name:
+            return definition.name
+    return ""
+
+
+def _apply_op(configs: dict[str, str], op: ConfigOp) -> Outcome | None:
+    if op.op == 0:
+        if op.value is None:
+            return Outcome(ErrorCode.invalid_request, f"Null value not supported for {op.name}")
+        configs[op.name] = op.value
+    elif op.op == 1:
+        configs.pop(op.name, None)
+    elif op.op in (2, 3):
+        if op.name not in _LIST_CONFIGS:
+            return Outcome(
+                ErrorCode.invalid_config,
+                f"Config value append is not allowed for config key: {op.name}",
+            )
+        items = [v for v in configs.get(op.name, "").split(",") if v]
+        given = [v for v in (op.value or "").split(",") if v]
+        if op.op == 2:
+            items.extend(v for v in given if v not in items)
+        else:
+            items = [v for v in items if v not in given]
+        configs[op.name] = ",".join(items)
+    else:
+        return Outcome(ErrorCode.invalid_request, f"Unknown config operation {op.op}")
+    return None
+
+
+def _place(partitions: range, factor: int, brokers: Sequence[int]) -> dict[int, tuple[int, ...]]:
+    """Round-robin replicas over the live brokers, each partition starting one further on, so
+    leaders (the first replica) spread evenly."""
+    ordered = sorted(brokers)
+    count = len(ordered)
+    return {p: tuple(ordered[(p + i) % count] for i in range(factor)) for p in partitions}
+
+
+def _check_assignments(
+    assignments: Mapping[int, tuple[int, ...]], brokers: Sequence[int], first_partition: int
+) -> str | None:
+    expected = list(range(first_partition, first_partition + len(assignments)))
+    if sorted(assignments) != expected:
+        return "Partitions must be numbered consecutively from " + str(first_partition)
+    sizes = {len(r) for r in assignments.values()}
+    if len(sizes) != 1 or 0 in sizes:
+        return "All partitions must have the same, non-zero number of replicas"
+    for partition, replicas in assignments.items():
+        if len(set(replicas)) != len(replicas):
+            return f"Duplicate brokers not allowed in replica assignment of partition {partition}"
+        unknown = [b for b in replicas if b not in brokers]
+        if unknown:
+            return (
+                f"The manual partition assignment includes broker {unknown[0]}, but no such "
+                "broker is registered."
+            )
+    return None
+
+
+def _partition_records(
+    topic_id: uuid.UUID, assignments: Mapping[int, tuple[int, ...]]
+) -> list[PartitionRecord]:
+    return [
+        PartitionRecord(
+            partition_id=partition,
+            topic_id=topic_id,
+            replicas=replicas,
+            isr=replicas,
+            leader=replicas[0],
+            leader_epoch=0,
+            partition_epoch=0,
+        )
+        for partition, replicas in sorted(assignments.items())
+    ]

@@ -1,0 +1,178 @@
+"""The metadata image: the cluster's state, rebuilt by replaying `__cluster_metadata`.
+
+`MetadataImage.apply(record)` is the whole state machine: deterministic, no I/O, no clocks, so
+every node that replays the same log holds the same image. It returns what changed, for the
+broker side to act on (create a partition's log, delete a topic's, reload a config).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field, replace
+
+from .records import (
+    ConfigRecord,
+    FeatureLevelRecord,
+    MetadataRecord,
+    PartitionChangeRecord,
+    PartitionRecord,
+    ProducerIdsRecord,
+    RegisterBrokerRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+    UnfenceBrokerRecord,
+)
+
+__all__ = [
+    "BROKER_RESOURCE",
+    "TOPIC_RESOURCE",
+    "BrokerState",
+    "ConfigChanged",
+    "MetadataImage",
+    "PartitionChanged",
+    "PartitionState",
+    "TopicRemoved",
+    "TopicState",
+]
+
+TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+
+
+@dataclass(slots=True)
+class TopicState:
+    name: str
+    topic_id: uuid.UUID
+    partitions: dict[int, PartitionState] = field(default_factory=dict)
+
+    @property
+    def internal(self) -> bool:
+        return self.name.startswith("__")
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerState:
+    broker_id: int
+    epoch: int
+    endpoints: dict[str, tuple[str, int]]
+    """Listener name → (host, port)."""
+    rack: str | None
+    fenced: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionChanged:
+    topic: TopicState
+    partition: int
+    state: PartitionState
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRemoved:
+    topic: TopicState
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigChanged:
+    resource_type: int
+    resource_name: str
+
+
+Change = PartitionChanged | TopicRemoved | ConfigChanged
+
+
+class MetadataImage:
+    def __init__(self) -> None:
+        self.topics: dict[str, TopicState] = {}
+        self.topics_by_id: dict[uuid.UUID, TopicState] = {}
+        self.configs: dict[tuple[int, str], dict[str, str]] = {}
+        self.brokers: dict[int, BrokerState] = {}
+        self.features: dict[str, int] = {}
+        self.next_producer_id = 0
+        self.offset = -1
+        """Offset of the last record applied."""
+
+    def topic_config(self, topic: str) -> dict[str, str]:
+        """The topic's own settings (not the broker defaults under them)."""
+        return self.configs.get((TOPIC_RESOURCE, topic), {})
+
+    def apply(self, record: MetadataRecord, offset: int) -> Change | None:
+        self.offset = offset
+        if isinstance(record, TopicRecord):
+            topic = TopicState(record.name, record.topic_id)
+            self.topics[record.name] = topic
+            self.topics_by_id[record.topic_id] = topic
+            return None
+        if isinstance(record, PartitionRecord):
+            topic = self.topics_by_id[record.topic_id]
+            state = PartitionState(
+                replicas=record.replicas,
+                isr=record.isr,
+                leader=record.leader,
+                leader_epoch=record.leader_epoch,
+                partition_epoch=record.partition_epoch,
+            )
+            topic.partitions[record.partition_id] = state
+            return PartitionChanged(topic, record.partition_id, state)
+        if isinstance(record, PartitionChangeRecord):
+            topic = self.topics_by_id[record.topic_id]
+            old = topic.partitions[record.partition_id]
+            leader_changed = record.leader not in (-2, old.leader)
+            state = replace(
+                old,
+                replicas=old.replicas if record.replicas is None else record.replicas,
+                isr=old.isr if record.isr is None else record.isr,
+                leader=old.leader if record.leader == -2 else record.leader,
+                leader_epoch=old.leader_epoch + 1 if leader_changed else old.leader_epoch,
+                partition_epoch=old.partition_epoch + 1,
+            )
+            topic.partitions[record.partition_id] = state
+            return PartitionChanged(topic, record.partition_id, state)
+        if isinstance(record, RemoveTopicRecord):
+            topic = self.topics_by_id.pop(record.topic_id)
+            del self.topics[topic.name]
+            self.configs.pop((TOPIC_RESOURCE, topic.name), None)
+            return TopicRemoved(topic)
+        if isinstance(record, ConfigRecord):
+            key = (record.resource_type, record.resource_name)
+            entries = self.configs.setdefault(key, {})
+            if record.value is None:
+                entries.pop(record.name, None)
+            else:
+                entries[record.name] = record.value
+            if not entries:
+                del self.configs[key]
+            return ConfigChanged(record.resource_type, record.resource_name)
+        if isinstance(record, RegisterBrokerRecord):
+            self.brokers[record.broker_id] = BrokerState(
+                broker_id=record.broker_id,
+                epoch=record.broker_epoch,
+                endpoints={e.name: (e.host, e.port) for e in record.end_points},
+                rack=record.rack,
+                fenced=record.fenced,
+            )
+            return None
+        if isinstance(record, UnfenceBrokerRecord):
+            broker = self.brokers[record.id]
+            self.brokers[record.id] = replace(broker, fenced=False)
+            return None
+        if isinstance(record, ProducerIdsRecord):
+            self.next_producer_id = record.next_producer_id
+            return None
+        if isinstance(record, FeatureLevelRecord):
+            self.features[record.name] = record.feature_level
+            return None
+        raise TypeError(f"no state change defined for {type(record).__name__}")
+
+    @property
+    def live_brokers(self) -> list[BrokerState]:
+        return [b for b in sorted(self.brokers.values(), key=lambda b: b.broker_id) if not b.fenced]

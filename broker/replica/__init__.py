@@ -1,0 +1,27 @@
+"""Partitions hosted by this node: appends, reads and offsets over the storage engine.
+
+What it owns: which logs exist (following the metadata image), high watermarks, waiting
+fetches. What it must never do: decode requests or touch sockets (handlers do).
+"""
+
+from .manager import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    AppendResult,
+    FetchResult,
+    OffsetResult,
+    Partition,
+    ReplicaManager,
+)
+
+__all__ = [
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIMESTAMP",
+    "MAX_TIMESTAMP",
+    "AppendResult",
+    "FetchResult",
+    "OffsetResult",
+    "Partition",
+    "ReplicaManager",
+]

@@ -1,0 +1,322 @@
+"""The replica manager: the partitions this node hosts, and appends, reads and offsets on them.
+
+It follows the metadata image (a partition assigned to this node gets a log; a deleted topic
+loses its logs; changed configs reach the logs) and maps storage errors to Kafka error codes.
+The high watermark is the offset every in-sync replica has; with this node the only replica,
+as on a single node, it is the log end offset. Consumers never read past it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from broker.metadata import (
+    ConfigChanged,
+    MetadataImage,
+    PartitionChanged,
+    PartitionState,
+    TopicRemoved,
+)
+from broker.metadata.image import Change
+from broker.protocol.errors import ErrorCode
+from broker.storage import (
+    AppendInfo,
+    CorruptRecordError,
+    FileSlice,
+    Log,
+    LogConfig,
+    LogManager,
+    LogOffline,
+    OffsetOutOfRange,
+    RecordTooLarge,
+    StorageError,
+)
+
+__all__ = [
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIMESTAMP",
+    "MAX_TIMESTAMP",
+    "AppendResult",
+    "FetchResult",
+    "OffsetResult",
+    "Partition",
+    "ReplicaManager",
+]
+
+log = logging.getLogger(__name__)
+
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(slots=True)
+class Partition:
+    topic: str
+    index: int
+    log: Log
+    state: PartitionState
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def leader_epoch(self) -> int:
+        return self.state.leader_epoch
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    error: ErrorCode
+    info: AppendInfo | None = None
+    message: str | None = None
+
+
+@dataclass(slots=True)
+class FetchResult:
+    error: ErrorCode
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    records: FileSlice | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetResult:
+    error: ErrorCode
+    offset: int = -1
+    timestamp: int = -1
+    leader_epoch: int = -1
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        node_id: int,
+        logs: LogManager,
+        image: MetadataImage,
+        log_config: Callable[[str], LogConfig],
+        clock: Callable[[], int],
+    ) -> None:
+        self.node_id = node_id
+        self.logs = logs
+        self.image = image
+        self._log_config = log_config
+        self._clock = clock
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self._waiters: dict[TopicPartition, set[asyncio.Future[None]]] = {}
+
+    # -- following the metadata -------------------------------------------------------------
+
+    def apply(self, change: Change) -> None:
+        if isinstance(change, PartitionChanged):
+            self._partition_changed(change)
+        elif isinstance(change, TopicRemoved):
+            for index in change.topic.partitions:
+                self.partitions.pop((change.topic.name, index), None)
+                self.logs.delete_log(change.topic.name, index, self._clock())
+                self._wake((change.topic.name, index))
+        elif isinstance(change, ConfigChanged):
+            self._reconfigure(change)
+
+    def _partition_changed(self, change: PartitionChanged) -> None:
+        key = (change.topic.name, change.partition)
+        if self.node_id not in change.state.replicas:
+            if key in self.partitions:
+                del self.partitions[key]
+                self.logs.delete_log(*key, self._clock())
+            return
+        existing = self.partitions.get(key)
+        if existing is not None:
+            existing.state = change.state
+            return
+        log_ = self.logs.create_log(*key, self._clock(), self._log_config(key[0]))
+        self.partitions[key] = Partition(key[0], key[1], log_, change.state)
+
+    def _reconfigure(self, change: ConfigChanged) -> None:
+        topics: Iterable[str]
+        if change.resource_type == 2:
+            topics = (change.resource_name,)
+        else:
+            topics = {tp[0] for tp in self.partitions}
+        for topic in topics:
+            config = self._log_config(topic)
+            for (name, _), partition in self.partitions.items():
+                if name == topic:
+                    partition.log.update_config(config)
+
+    def remove_strays(self) -> None:
+        """After replay: delete logs on disk whose topic no longer exists (deleted while this
+        node was down), as Kafka does with stray logs."""
+        for (topic, index), _ in self.logs:
+            if (topic, index) not in self.partitions:
+                log.info("deleting stray log %s-%d", topic, index)
+                self.logs.delete_log(topic, index, self._clock())
+
+    def get(self, topic: str, index: int) -> Partition | ErrorCode:
+        partition = self.partitions.get((topic, index))
+        if partition is not None:
+            return partition
+        topic_state = self.image.topics.get(topic)
+        if topic_state is None or index not in topic_state.partitions:
+            return ErrorCode.unknown_topic_or_partition
+        if (topic, index) in self.logs.offline:
+            return ErrorCode.kafka_storage_error
+        return ErrorCode.not_leader_or_follower
+
+    # -- produce ----------------------------------------------------------------------------
+
+    def append(self, topic: str, index: int, records: bytes, acks: int) -> AppendResult:
+        found = self.get(topic, index)
+        if isinstance(found, ErrorCode):
+            return AppendResult(found)
+        partition = found
+        if acks == -1:
+            min_isr = int(self._topic_setting(topic, "min.insync.replicas", "1"))
+            if len(partition.state.isr) < min_isr:
+                return AppendResult(
+                    ErrorCode.not_enough_replicas,
+                    message=f"The size of the current ISR {len(partition.state.isr)} is "
+                    f"insufficient to satisfy the min.isr requirement of {min_isr} for "
+                    f"partition {topic}-{index}",
+                )
+        try:
+            info = partition.log.append_as_leader(
+                records, leader_epoch=partition.leader_epoch, now_ms=self._clock()
+            )
+        except CorruptRecordError as exc:
+            return AppendResult(ErrorCode.corrupt_message, message=str(exc))
+        except RecordTooLarge as exc:
+            return AppendResult(ErrorCode.message_too_large, message=str(exc))
+        except LogOffline as exc:
+            return AppendResult(ErrorCode.kafka_storage_error, message=str(exc))
+        except StorageError as exc:
+            code = getattr(exc, "error_code", None)
+            if isinstance(code, ErrorCode):
+                return AppendResult(code, message=str(exc))
+            raise
+        self._wake((topic, index))
+        return AppendResult(ErrorCode.none, info)
+
+    def _topic_setting(self, topic: str, name: str, default: str) -> str:
+        return self.image.topic_config(topic).get(name, default)
+
+    # -- fetch ------------------------------------------------------------------------------
+
+    def read(
+        self,
+        topic: str,
+        index: int,
+        offset: int,
+        max_bytes: int,
+        *,
+        min_one_batch: bool,
+        current_leader_epoch: int = -1,
+    ) -> FetchResult:
+        found = self.get(topic, index)
+        if isinstance(found, ErrorCode):
+            return FetchResult(found)
+        partition = found
+        if current_leader_epoch >= 0:
+            if current_leader_epoch < partition.leader_epoch:
+                return FetchResult(ErrorCode.fenced_leader_epoch)
+            if current_leader_epoch > partition.leader_epoch:
+                return FetchResult(ErrorCode.unknown_leader_epoch)
+        log_ = partition.log
+        high_watermark = partition.high_watermark
+        result = FetchResult(ErrorCode.none, high_watermark, log_.log_start_offset)
+        try:
+            result.records = log_.read(
+                offset, max_bytes, max_offset=high_watermark, min_one_batch=min_one_batch
+            )
+        except OffsetOutOfRange:
+            result.error = ErrorCode.offset_out_of_range
+        return result
+
+    async def wait_for_append(self, partitions: list[TopicPartition], timeout: float) -> None:
+        """Return when any of `partitions` is appended to (or deleted), or after `timeout`."""
+        if timeout <= 0:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for key in partitions:
+            self._waiters.setdefault(key, set()).add(future)
+        try:
+            await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            pass
+        finally:
+            for key in partitions:
+                waiting = self._waiters.get(key)
+                if waiting is not None:
+                    waiting.discard(future)
+                    if not waiting:
+                        del self._waiters[key]
+
+    def _wake(self, key: TopicPartition) -> None:
+        waiting = self._waiters.pop(key, None)
+        if waiting:
+            for future in waiting:
+                if not future.done():
+                    future.set_result(None)
+
+    # -- offsets ----------------------------------------------------------------------------
+
+    def list_offset(
+        self, topic: str, index: int, timestamp: int, current_leader_epoch: int = -1
+    ) -> OffsetResult:
+        found = self.get(topic, index)
+        if isinstance(found, ErrorCode):
+            return OffsetResult(found)
+        partition = found
+        if current_leader_epoch >= 0 and current_leader_epoch != partition.leader_epoch:
+            code = (
+                ErrorCode.fenced_leader_epoch
+                if current_leader_epoch < partition.leader_epoch
+                else ErrorCode.unknown_leader_epoch
+            )
+            return OffsetResult(code)
+        log_ = partition.log
+        high_watermark = partition.high_watermark
+        if timestamp == EARLIEST_TIMESTAMP:
+            offset = log_.log_start_offset
+            return OffsetResult(ErrorCode.none, offset, -1, log_.epochs.epoch_for_offset(offset))
+        if timestamp == LATEST_TIMESTAMP:
+            return OffsetResult(ErrorCode.none, high_watermark, -1, partition.leader_epoch)
+        if timestamp == MAX_TIMESTAMP:
+            best: tuple[int, int] | None = None
+            for _, _, header in log_.batches(log_.log_start_offset):
+                if header.base_offset >= high_watermark:
+                    break
+                if best is None or header.max_timestamp > best[1]:
+                    best = (header.base_offset + header.last_offset_delta, header.max_timestamp)
+            if best is None:
+                return OffsetResult(ErrorCode.none)
+            return OffsetResult(
+                ErrorCode.none, best[0], best[1], log_.epochs.epoch_for_offset(best[0])
+            )
+        if timestamp < 0:
+            return OffsetResult(ErrorCode.unsupported_version)
+        found_offset = log_.offset_for_timestamp(timestamp)
+        if found_offset is None or found_offset[0] >= high_watermark:
+            return OffsetResult(ErrorCode.none)
+        offset, record_timestamp, epoch = found_offset
+        return OffsetResult(ErrorCode.none, offset, record_timestamp, epoch)
+
+    def delete_records(self, topic: str, index: int, offset: int) -> tuple[ErrorCode, int]:
+        """DeleteRecords: (error, new low watermark). Offset -1 means the high watermark."""
+        found = self.get(topic, index)
+        if isinstance(found, ErrorCode):
+            return found, -1
+        partition = found
+        target = partition.high_watermark if offset == -1 else offset
+        if target < 0 or target > partition.high_watermark:
+            return ErrorCode.offset_out_of_range, -1
+        try:
+            return ErrorCode.none, self.logs.delete_records(topic, index, target)
+        except OffsetOutOfRange:
+            return ErrorCode.offset_out_of_range, -1

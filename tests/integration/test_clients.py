@@ -1,0 +1,392 @@
+"""Real Kafka clients against a real `gregor broker`: produce and consume with every codec,
+idempotent producers, seek by timestamp, admin operations, and a crash that loses nothing
+acknowledged."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
+
+from tests.integration.nodes import RunningNode, run_node, start_node
+
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+QUIET = {"log_level": 0}
+
+Sent = list[tuple[bytes, bytes, list[tuple[str, bytes]]]]
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningNode]:
+    with run_node(
+        tmp_path_factory.mktemp("clients"), {"group.initial.rebalance.delay.ms": "0"}
+    ) as running:
+        yield running
+
+
+def _admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+
+
+def _create(bootstrap: str, name: str, partitions: int = 3, **configs: str) -> None:
+    admin = _admin(bootstrap)  # must outlive the future
+    futures = admin.create_topics(
+        [NewTopic(name, partitions, 1, config=configs)], operation_timeout=10
+    )
+    futures[name].result(timeout=10)
+
+
+def _records(count: int, tag: str) -> Sent:
+    return [
+        (f"key-{i % 7}".encode(), f"{tag}-value-{i}".encode() * 20, [("n", str(i).encode())])
+        for i in range(count)
+    ]
+
+
+def _read_all(bootstrap: str, topic: str, partitions: int, expected: int) -> list[Any]:
+    """Every record of `topic` from the start, by assignment (no group)."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4()}", **QUIET}
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got: list[Any] = []
+    deadline = time.monotonic() + 20
+    try:
+        while len(got) < expected and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            assert message.error() is None, message.error()
+            got.append(message)
+    finally:
+        consumer.close()
+    return got
+
+
+def _check_same(sent: Sent, got: list[Any]) -> None:
+    assert sorted((k, v, h) for k, v, h in sent) == sorted(
+        (m.key(), m.value(), [(hk, hv) for hk, hv in m.headers() or []]) for m in got
+    )
+    partition_of: dict[bytes, int] = {}
+    for message in got:
+        # Same key, same partition: keyed ordering holds.
+        assert partition_of.setdefault(message.key(), message.partition()) == message.partition()
+
+
+# -- produce and consume with every client and codec -------------------------------------------
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_confluent_kafka_produce_and_consume(node: RunningNode, codec: str) -> None:
+    topic = f"ck-{codec}"
+    _create(node.bootstrap, topic)
+    sent = _records(50, codec)
+    producer = Producer(
+        {"bootstrap.servers": node.bootstrap, "compression.type": codec, "acks": "all", **QUIET}
+    )
+    for key, value, headers in sent:
+        producer.produce(topic, value=value, key=key, headers=headers)
+    assert producer.flush(15) == 0
+    _check_same(sent, _read_all(node.bootstrap, topic, 3, len(sent)))
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.filterwarnings("ignore:read_text is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning")
+def test_kafka_python_produce_and_consume(node: RunningNode, codec: str) -> None:
+    from kafka import KafkaConsumer, KafkaProducer  # noqa: PLC0415 - warns on import
+    from kafka import TopicPartition as KpTopicPartition  # noqa: PLC0415
+
+    topic = f"kp-{codec}"
+    _create(node.bootstrap, topic)
+    sent = _records(50, codec)
+    producer = KafkaProducer(
+        bootstrap_servers=node.bootstrap,
+        compression_type=None if codec == "none" else codec,
+        acks="all",
+    )
+    futures = [producer.send(topic, value=v, key=k, headers=list(h)) for k, v, h in sent]
+    producer.flush(15)
+    offsets = [f.get(timeout=10) for f in futures]
+    producer.close()
+    assert all(o.offset >= 0 for o in offsets)
+
+    consumer = KafkaConsumer(bootstrap_servers=node.bootstrap, consumer_timeout_ms=5000)
+    consumer.assign([KpTopicPartition(topic, p) for p in range(3)])
+    consumer.seek_to_beginning()
+    got = [message for _, message in zip(range(len(sent)), consumer, strict=False)]
+    consumer.close()
+    assert sorted((k, v, h) for k, v, h in sent) == sorted(
+        (m.key, m.value, list(m.headers)) for m in got
+    )
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_aiokafka_produce_and_consume(node: RunningNode, codec: str) -> None:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # noqa: PLC0415
+    from aiokafka import TopicPartition as AioTopicPartition  # noqa: PLC0415
+
+    topic = f"aio-{codec}"
+    _create(node.bootstrap, topic)
+    sent = _records(50, codec)
+
+    async def scenario() -> list[Any]:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=node.bootstrap,
+            compression_type=None if codec == "none" else codec,
+            acks="all",
+        )
+        await producer.start()
+        try:
+            for key, value, headers in sent:
+                await producer.send_and_wait(topic, value=value, key=key, headers=headers)
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(bootstrap_servers=node.bootstrap)
+        await consumer.start()
+        try:
+            consumer.assign([AioTopicPartition(topic, p) for p in range(3)])
+            await consumer.seek_to_beginning()
+            got: list[Any] = []
+            while len(got) < len(sent):
+                batches = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 20)
+                for messages in batches.values():
+                    got.extend(messages)
+            return got
+        finally:
+            await consumer.stop()
+
+    got = asyncio.run(scenario())
+    assert sorted((k, v, h) for k, v, h in sent) == sorted(
+        (m.key, m.value, list(m.headers)) for m in got
+    )
+
+
+# -- idempotent producers ----------------------------------------------------------------------
+
+
+def test_idempotent_producer_writes_each_record_once(node: RunningNode) -> None:
+    topic = "idempotent"
+    _create(node.bootstrap, topic, partitions=2)
+    producer = Producer(
+        {
+            "bootstrap.servers": node.bootstrap,
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            **QUIET,
+        }
+    )
+    sent = _records(200, "idem")
+    for key, value, headers in sent:
+        producer.produce(topic, value=value, key=key, headers=headers)
+    assert producer.flush(15) == 0
+    got = _read_all(node.bootstrap, topic, 2, len(sent))
+    _check_same(sent, got)
+    by_partition: dict[int, list[int]] = {}
+    for message in got:
+        by_partition.setdefault(message.partition(), []).append(message.offset())
+    for offsets in by_partition.values():
+        assert sorted(offsets) == list(range(len(offsets)))
+
+
+# -- timestamps -------------------------------------------------------------------------------
+
+
+def test_seek_by_timestamp(node: RunningNode) -> None:
+    topic = "timestamps"
+    _create(node.bootstrap, topic, partitions=1)
+    base = 1_700_000_000_000
+    producer = Producer({"bootstrap.servers": node.bootstrap, "linger.ms": 0, **QUIET})
+    for i in range(10):
+        producer.produce(topic, value=f"t{i}".encode(), timestamp=base + i * 1000)
+        producer.flush(5)
+    consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "ts-reader", **QUIET})
+    try:
+        found = consumer.offsets_for_times([TopicPartition(topic, 0, base + 4500)], timeout=10)
+        assert found[0].offset == 5
+        beyond = consumer.offsets_for_times([TopicPartition(topic, 0, base + 60_000)], timeout=10)
+        assert beyond[0].offset == -1  # nothing at or after: Kafka answers "end" as -1
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        assert (low, high) == (0, 10)
+        consumer.assign([TopicPartition(topic, 0, found[0].offset)])
+        message = consumer.poll(10)
+        assert message is not None
+        assert message.value() == b"t5"
+        assert message.timestamp()[1] == base + 5000
+    finally:
+        consumer.close()
+
+
+# -- admin ------------------------------------------------------------------------------------
+
+
+def test_admin_topics_partitions_configs_and_records(node: RunningNode) -> None:
+    admin = _admin(node.bootstrap)
+    topic = "admin-topic"
+    _create(node.bootstrap, topic, partitions=2, **{"retention.ms": "3600000"})
+    with pytest.raises(KafkaException) as exists:
+        _create(node.bootstrap, topic)
+    assert exists.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
+
+    # validate-only creates nothing
+    admin.create_topics([NewTopic("never", 1, 1)], validate_only=True)["never"].result(10)
+    assert "never" not in admin.list_topics(timeout=10).topics
+
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    described = admin.describe_configs([resource])[resource].result(10)
+    assert described["retention.ms"].value == "3600000"
+    assert described["retention.ms"].source == ConfigResource.Type.TOPIC.value or (
+        described["retention.ms"].source == 1
+    )
+    assert described["cleanup.policy"].value == "delete"
+    assert described["cleanup.policy"].is_default
+
+    alter = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry("retention.ms", "7200000", incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET),
+        ],
+    )
+    admin.incremental_alter_configs([alter])[alter].result(10)
+    described = admin.describe_configs([resource])[resource].result(10)
+    assert described["retention.ms"].value == "7200000"
+    assert described["cleanup.policy"].value == "compact"
+
+    invalid = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry("retention.ms", "soon", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    with pytest.raises(KafkaException) as refused:
+        admin.incremental_alter_configs([invalid])[invalid].result(10)
+    assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
+    assert "retention.ms" in refused.value.args[0].str()
+
+    # partitions: up is fine, down is refused with Kafka's error
+    admin.create_partitions([NewPartitions(topic, 4)])[topic].result(10)
+    assert len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 4
+    with pytest.raises(KafkaException) as decrease:
+        admin.create_partitions([NewPartitions(topic, 2)])[topic].result(10)
+    assert decrease.value.args[0].code() == KafkaError.INVALID_PARTITIONS
+
+    # delete records moves the low watermark
+    producer = Producer({"bootstrap.servers": node.bootstrap, **QUIET})
+    for i in range(10):
+        producer.produce(topic, value=str(i).encode(), partition=0)
+    assert producer.flush(10) == 0
+    deleted = admin.delete_records([TopicPartition(topic, 0, 6)])
+    result = next(iter(deleted.values())).result(10)
+    assert result.low_watermark == 6
+    consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "wm", **QUIET})
+    try:
+        assert consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10) == (6, 10)
+    finally:
+        consumer.close()
+
+    # delete
+    admin.delete_topics([topic], operation_timeout=10)[topic].result(10)
+    assert topic not in admin.list_topics(timeout=10).topics
+    with pytest.raises(KafkaException) as unknown:
+        admin.delete_topics([topic], operation_timeout=10)[topic].result(10)
+    assert unknown.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def test_invalid_topics_are_refused_with_kafka_errors(node: RunningNode) -> None:
+    admin = _admin(node.bootstrap)
+    futures = admin.create_topics(
+        [
+            NewTopic("bad/name", 1, 1),
+            NewTopic("too-many-replicas", 1, 3),
+            NewTopic("zero-partitions", 0, 1),
+            NewTopic("bad-config", 1, 1, config={"cleanup.policy": "sometimes"}),
+            NewTopic("unknown-config", 1, 1, config={"no.such.thing": "1"}),
+        ],
+        operation_timeout=10,
+    )
+    codes = {}
+    for name, future in futures.items():
+        with pytest.raises(KafkaException) as refused:
+            future.result(10)
+        codes[name] = refused.value.args[0].code()
+    assert codes == {
+        "bad/name": KafkaError.TOPIC_EXCEPTION,
+        "too-many-replicas": KafkaError.INVALID_REPLICATION_FACTOR,
+        "zero-partitions": KafkaError.INVALID_PARTITIONS,
+        "bad-config": KafkaError.INVALID_CONFIG,
+        "unknown-config": KafkaError.INVALID_CONFIG,
+    }
+
+
+def test_metadata_auto_creates_topics(node: RunningNode) -> None:
+    producer = Producer({"bootstrap.servers": node.bootstrap, **QUIET})
+    producer.produce("auto-created", value=b"hello")
+    assert producer.flush(15) == 0
+    admin = _admin(node.bootstrap)
+    metadata = admin.list_topics("auto-created", timeout=10)
+    assert len(metadata.topics["auto-created"].partitions) == 1  # num.partitions
+
+
+def test_describe_cluster_and_log_dirs(node: RunningNode) -> None:
+    admin = _admin(node.bootstrap)
+    cluster = admin.describe_cluster().result(10)
+    assert [n.id for n in cluster.nodes] == [1]
+    assert cluster.controller.id == 1
+    assert len(cluster.cluster_id) == 22
+
+
+# -- crash safety -----------------------------------------------------------------------------
+
+
+def test_sigkill_keeps_every_acknowledged_record_and_topic_config(tmp_path: Path) -> None:
+    node = start_node(tmp_path)
+    try:
+        _create(node.bootstrap, "durable", partitions=2, **{"retention.ms": "123456789"})
+        producer = Producer(
+            {"bootstrap.servers": node.bootstrap, "acks": "all", "linger.ms": 2, **QUIET}
+        )
+        sent = _records(300, "durable")
+        for key, value, headers in sent:
+            producer.produce("durable", value=value, key=key, headers=headers)
+        assert producer.flush(15) == 0
+    finally:
+        node.process.kill()
+        node.process.wait(10)
+        if node.process.stdout:
+            node.process.stdout.close()
+    with run_node(tmp_path) as restarted:
+        _check_same(sent, _read_all(restarted.bootstrap, "durable", 2, len(sent)))
+        admin = _admin(restarted.bootstrap)
+        resource = ConfigResource(ConfigResource.Type.TOPIC, "durable")
+        described = admin.describe_configs([resource])[resource].result(10)
+        assert described["retention.ms"].value == "123456789"
+        # New writes continue after the recovered ones.
+        producer = Producer({"bootstrap.servers": restarted.bootstrap, **QUIET})
+        producer.produce("durable", value=b"after", partition=0)
+        assert producer.flush(10) == 0
+        consumer = Consumer({"bootstrap.servers": restarted.bootstrap, "group.id": "x", **QUIET})
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition("durable", 0), timeout=10)
+        finally:
+            consumer.close()
+        on_zero = sum(
+            1 for m in _read_all(restarted.bootstrap, "durable", 2, 301) if not m.partition()
+        )
+        assert (low, high) == (0, on_zero)
