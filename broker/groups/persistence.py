@@ -1,0 +1,70 @@
+"""Where the coordinator's records go: the partitions of `__consumer_offsets`.
+
+`GroupLog` is the interface the service needs; `LogGroupLog` implements it on the broker's
+own commit log (`broker.storage.Log`), one uncompressed batch per append, as Kafka's
+coordinator writes them. A tombstone is a record with a null value, so that compaction keeps
+it for `delete.retention.ms` and then drops the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol
+
+from broker.protocol.records import Record, build_batch, iter_records
+from broker.storage import Log
+
+__all__ = ["GroupLog", "GroupLogUnavailable", "LogGroupLog"]
+
+
+class GroupLog(Protocol):
+    async def append(
+        self, partition: int, records: Sequence[tuple[bytes, bytes | None]]
+    ) -> None: ...
+
+    def replay(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]: ...
+
+
+class GroupLogUnavailable(Exception):
+    """The partition has no log on this node (the topic does not exist yet)."""
+
+
+class LogGroupLog:
+    def __init__(
+        self,
+        log_for: Callable[[int], Log | None],
+        now_ms: Callable[[], int],
+        *,
+        leader_epoch: Callable[[int], int] = lambda partition: 0,
+    ) -> None:
+        """`log_for(partition)`: the partition's log, or None when `__consumer_offsets` has
+        no such partition here yet (replay then finds nothing, append raises)."""
+        self._log_for = log_for
+        self._now_ms = now_ms
+        self._leader_epoch = leader_epoch
+
+    async def append(self, partition: int, records: Sequence[tuple[bytes, bytes | None]]) -> None:
+        if not records:
+            return
+        log = self._log_for(partition)
+        if log is None:
+            raise GroupLogUnavailable(f"__consumer_offsets-{partition} has no log here")
+        now = self._now_ms()
+        batch = build_batch(
+            [Record(i, now, key, value) for i, (key, value) in enumerate(records)],
+            base_timestamp=now,
+        )
+        log.append_as_leader(batch, leader_epoch=self._leader_epoch(partition), now_ms=now)
+
+    def replay(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
+        """Every keyed record of the partition from its log start, in offset order."""
+        log = self._log_for(partition)
+        if log is None:
+            return
+        for segment, position, header in log.batches(log.log_start_offset):
+            if header.is_control:
+                continue
+            data = segment.read_batch(position, header)
+            for record in iter_records(data):
+                if record.key is not None and record.offset >= log.log_start_offset:
+                    yield record.key, record.value
