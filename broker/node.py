@@ -16,12 +16,15 @@ from pathlib import Path
 
 from broker.config import BrokerConfig
 from broker.handlers import NodeState, build_dispatcher
-from broker.handlers.context import Endpoint, wall_clock_ms
+from broker.groups.api import GroupConfig
+from broker.groups.persistence import LogGroupLog
+from broker.groups.service import GroupService
+from broker.handlers.context import OFFSETS_TOPIC, Endpoint, wall_clock_ms
 from broker.kraft import MetadataService
 from broker.metadata import PartitionChanged
 from broker.replica import ReplicaManager
 from broker.server import BoundListener, BrokerServer
-from broker.storage import LogManager, StorageError
+from broker.storage import Log, LogManager, StorageError
 
 __all__ = ["Node", "NodeError", "format_log_dirs", "new_cluster_id"]
 
@@ -87,6 +90,7 @@ class Node:
         self.metadata: MetadataService | None = None
         self.server: BrokerServer | None = None
         self.state: NodeState | None = None
+        self.groups: GroupService | None = None
         self._housekeeping: asyncio.Task[None] | None = None
 
     async def start(self) -> list[BoundListener]:
@@ -111,7 +115,15 @@ class Node:
                 replicas.apply(PartitionChanged(topic, index, partition))
         replicas.remove_strays()
         metadata.subscribers.append(replicas.apply)
-        self.state = NodeState(self.config, self.cluster_id, metadata, replicas, clock=self.clock)
+        groups = self.groups = GroupService(
+            GroupConfig.from_broker(self.config),
+            LogGroupLog(self._offsets_log, self.clock, leader_epoch=self._offsets_epoch),
+            now_ms=self.clock,
+        )
+        await groups.start()
+        self.state = NodeState(
+            self.config, self.cluster_id, metadata, replicas, groups, clock=self.clock
+        )
         self.server = BrokerServer(self.config, build_dispatcher(self.state))
         bound = await self.server.start()
         by_name = {b.name: b for b in bound}
@@ -124,6 +136,16 @@ class Node:
         )
         self._housekeeping = asyncio.get_running_loop().create_task(self._housekeep())
         return bound
+
+    def _offsets_log(self, partition: int) -> Log | None:
+        assert self.state is not None
+        found = self.state.replicas.partitions.get((OFFSETS_TOPIC, partition))
+        return None if found is None else found.log
+
+    def _offsets_epoch(self, partition: int) -> int:
+        assert self.state is not None
+        found = self.state.replicas.partitions.get((OFFSETS_TOPIC, partition))
+        return 0 if found is None else found.leader_epoch
 
     async def _housekeep(self) -> None:
         """Retention, time-based flushes, checkpoints and compaction, on Kafka's cadences."""
@@ -149,6 +171,8 @@ class Node:
             await asyncio.gather(self._housekeeping, return_exceptions=True)
         if self.server is not None:
             await self.server.stop()
+        if self.groups is not None:
+            await self.groups.stop()
         self.logs.shutdown(now_ms=self.clock())
         if self.metadata is not None:
             self.metadata.close()

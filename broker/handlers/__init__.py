@@ -6,7 +6,7 @@ from __future__ import annotations
 from broker.protocol import ApiKey
 from broker.server import Dispatcher, Handler
 
-from . import api_versions, cluster, configs, fetch, list_offsets, metadata, produce, topics
+from . import api_versions, cluster, configs, fetch, groups, list_offsets, metadata, produce, topics
 from .context import NodeState
 from .producer_ids import InitProducerId
 
@@ -32,5 +32,6 @@ def build_dispatcher(state: NodeState) -> Dispatcher:
     handlers[ApiKey.DESCRIBE_LOG_DIRS] = cluster.DescribeLogDirs(state)
     handlers[ApiKey.DELETE_RECORDS] = cluster.DeleteRecords(state)
     handlers[ApiKey.INIT_PRODUCER_ID] = InitProducerId(state)
-    dispatcher.register(handlers)
+    error_responders = groups.register(handlers, state.groups, state)
+    dispatcher.register(handlers, error_responders)
     return dispatcher

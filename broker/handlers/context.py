@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from broker.config import BrokerConfig
+from broker.groups.service import GroupService
 from broker.kraft import MetadataService
+from broker.metadata import TopicRequest
+from broker.protocol.errors import ErrorCode
 from broker.replica import ReplicaManager
 
-__all__ = ["Endpoint", "NodeState", "wall_clock_ms"]
+__all__ = ["OFFSETS_TOPIC", "Endpoint", "NodeState", "wall_clock_ms"]
+
+OFFSETS_TOPIC = "__consumer_offsets"
+OFFSETS_TOPIC_SEGMENT_BYTES = 104_857_600
+"""`offsets.topic.segment.bytes`: small segments so compaction reaches old commits soon."""
+
+
+log = logging.getLogger(__name__)
 
 
 def wall_clock_ms() -> int:
@@ -29,6 +40,7 @@ class NodeState:
     cluster_id: str
     metadata: MetadataService
     replicas: ReplicaManager
+    groups: GroupService
     advertised: dict[str, Endpoint] = field(default_factory=dict)
     """Listener name → the host and port clients are told to use."""
     clock: Callable[[], int] = wall_clock_ms
@@ -37,3 +49,42 @@ class NodeState:
     @property
     def node_id(self) -> int:
         return self.config.node_id
+
+    # -- what the group coordinator needs from the node (GroupNodeInfo) --------------------
+
+    def coordinator_endpoint(self, listener: str) -> tuple[str, int] | None:
+        endpoint = self.advertised.get(listener)
+        return None if endpoint is None else (endpoint.host, endpoint.port)
+
+    def partition_exists(self, topic: str, partition: int) -> bool:
+        found = self.metadata.image.topics.get(topic)
+        return found is not None and partition in found.partitions
+
+    async def ensure_offsets_topic(self) -> bool:
+        """Create `__consumer_offsets` on first use, as Kafka does: compacted, with
+        `offsets.topic.num.partitions` partitions and `offsets.topic.replication.factor`
+        replicas — which must not exceed the live brokers (then groups are unavailable, and
+        the log says which setting to change)."""
+        if OFFSETS_TOPIC in self.metadata.image.topics:
+            return True
+        request = TopicRequest(
+            OFFSETS_TOPIC,
+            num_partitions=self.config.offsets_topic_num_partitions,
+            replication_factor=self.config.offsets_topic_replication_factor,
+            configs={
+                "cleanup.policy": "compact",
+                "compression.type": "producer",
+                "segment.bytes": str(OFFSETS_TOPIC_SEGMENT_BYTES),
+            },
+        )
+        results = await self.metadata.propose(lambda c: c.create_topics([request]))
+        result = results[0]
+        if result.error not in (ErrorCode.none, ErrorCode.topic_already_exists):
+            log.warning(
+                "cannot create %s (%s); set offsets.topic.replication.factor to at most the "
+                "number of brokers",
+                OFFSETS_TOPIC,
+                result.message,
+            )
+            return False
+        return True

@@ -60,8 +60,13 @@ class Dispatcher:
         self._handlers = dict(handlers)
         self._error_responders = dict(error_responders or {})
 
-    def register(self, handlers: Mapping[int, Handler]) -> None:
+    def register(
+        self,
+        handlers: Mapping[int, Handler],
+        error_responders: Mapping[int, ErrorResponder] | None = None,
+    ) -> None:
         self._handlers.update(handlers)
+        self._error_responders.update(error_responders or {})
 
     @property
     def handled_api_keys(self) -> frozenset[int]:

@@ -46,6 +46,9 @@ def start_node(tmp: Path, extra: dict[str, str] | None = None) -> RunningNode:
         "node.id": "1",
         "listeners": f"PLAINTEXT://localhost:{port}",
         "log.dirs": str(tmp / "logs"),
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "5",
+        "group.initial.rebalance.delay.ms": "0",
     } | (extra or {})
     config = tmp / "server.properties"
     config.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
