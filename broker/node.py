@@ -85,7 +85,11 @@ class Node:
     def __init__(self, config: BrokerConfig, *, cluster_id: str | None = None) -> None:
         self.config = config
         self.cluster_id = format_log_dirs(config, cluster_id)
-        self.logs = LogManager(list(config.log_dirs), config.log)
+        self.logs = LogManager(
+            list(config.log_dirs),
+            config.log,
+            producer_id_expiration_ms=config.producer_id_expiration_ms,
+        )
         self.clock = wall_clock_ms
         self.metadata: MetadataService | None = None
         self.server: BrokerServer | None = None

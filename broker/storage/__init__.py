@@ -1,14 +1,24 @@
 """The commit log, in Kafka's on-disk layout, independent of networking.
 
 What it owns: partition directories under each log dir, segments (`.log`, `.index`,
-`.timeindex`), the leader-epoch checkpoint, the log dir checkpoints, recovery, retention,
-flushing and compaction. What it must never do: import the server, asyncio or the protocol's
-message layer; it sees record batches as bytes and their 61-byte headers only. Time is
-always an argument (`now_ms`), never read from a clock here.
+`.timeindex`), the leader-epoch checkpoint, idempotent producers' state and its `.snapshot`
+files, the log dir checkpoints, recovery, retention, flushing and compaction. What it must
+never do: import the server, asyncio or the protocol's message layer; it sees record batches
+as bytes and their 61-byte headers only. Time is always an argument (`now_ms`), never read
+from a clock here.
 """
 
 from .config import InvalidConfig, LogConfig
-from .errors import CorruptRecordError, LogOffline, OffsetOutOfRange, RecordTooLarge, StorageError
+from .errors import (
+    CorruptRecordError,
+    InvalidProducerEpoch,
+    LogOffline,
+    OffsetOutOfRange,
+    OutOfOrderSequence,
+    ProducerStateError,
+    RecordTooLarge,
+    StorageError,
+)
 from .log import AppendInfo, Log
 from .manager import LogManager
 from .segments import FileSlice, LogSegment
@@ -18,12 +28,15 @@ __all__ = [
     "CorruptRecordError",
     "FileSlice",
     "InvalidConfig",
+    "InvalidProducerEpoch",
     "Log",
     "LogConfig",
     "LogManager",
     "LogOffline",
     "LogSegment",
     "OffsetOutOfRange",
+    "OutOfOrderSequence",
+    "ProducerStateError",
     "RecordTooLarge",
     "StorageError",
 ]

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 __all__ = [
     "CorruptRecordError",
+    "InvalidProducerEpoch",
     "LogOffline",
     "OffsetOutOfRange",
+    "OutOfOrderSequence",
+    "ProducerStateError",
     "RecordTooLarge",
     "StorageError",
 ]
@@ -35,3 +38,25 @@ class OffsetOutOfRange(StorageError):
 
 class LogOffline(StorageError):
     """A partition's log could not be loaded; it is offline until an operator intervenes."""
+
+
+class ProducerStateError(StorageError):
+    """A batch from an idempotent producer that its producer state refuses; nothing was written.
+
+    `producer_id` names the producer, `offset` the offset the batch would have taken."""
+
+    def __init__(self, message: str, *, producer_id: int, offset: int) -> None:
+        super().__init__(message)
+        self.producer_id = producer_id
+        self.offset = offset
+
+
+class OutOfOrderSequence(ProducerStateError):
+    """The batch's first sequence does not follow the producer's last one (a gap, a duplicate
+    older than the last five batches, or a new epoch not starting at 0):
+    OUT_OF_ORDER_SEQUENCE_NUMBER (45)."""
+
+
+class InvalidProducerEpoch(ProducerStateError):
+    """The batch carries an epoch older than the producer's current one (a zombie producer
+    fenced by a newer instance): INVALID_PRODUCER_EPOCH (47)."""

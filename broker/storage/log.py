@@ -2,7 +2,10 @@
 
 What it owns: offsets (log start, log end, recovery point), appends as leader (assigning offsets
 by patching batch headers) and as follower (offsets already assigned), reads as file slices,
-lookups by offset, timestamp and leader epoch, truncation, roll, retention and flushing.
+lookups by offset, timestamp and leader epoch, truncation, roll, retention and flushing; and it
+keeps its idempotent producers' state (`producer_state`) in step with all of these: a leader
+checks each batch with a producer id before writing it, a duplicate is answered with its original
+offsets, a snapshot is written on roll and on close, and a load or truncation rebuilds the state.
 What it never does: networking, replication decisions, or reading a clock — the caller passes
 `now_ms`, so every time-based rule is tested without waiting.
 """
@@ -26,10 +29,11 @@ from broker.protocol.records import (
     read_batch_header,
 )
 
-from .cleaner import complete_interrupted_swaps
+from .cleaner import PRODUCER_ID_EXPIRATION_MS, complete_interrupted_swaps
 from .config import LogConfig
 from .epochs import LeaderEpochCache
 from .errors import CorruptRecordError, OffsetOutOfRange, RecordTooLarge
+from .producer_state import BatchMetadata, ProducerStateManager
 from .segments import DELETED_SUFFIX, FileSlice, LogSegment
 
 __all__ = ["AppendInfo", "Log", "parse_partition_dir"]
@@ -48,7 +52,12 @@ def parse_partition_dir(name: str) -> tuple[str, int]:
 
 
 class AppendInfo(NamedTuple):
-    """What a produce response reports about an append."""
+    """What a produce response reports about an append.
+
+    `duplicate`: the batch was a producer's retry of one already in the log, so nothing was
+    written; the offsets and max timestamp are those of the original, and `record_count` is 0.
+    The produce response is the same as for a fresh append (error NONE, the original base
+    offset), as in Kafka."""
 
     first_offset: int
     last_offset: int
@@ -56,6 +65,7 @@ class AppendInfo(NamedTuple):
     offset_of_max_timestamp: int
     log_start_offset: int
     record_count: int
+    duplicate: bool = False
 
 
 class Log:
@@ -68,7 +78,10 @@ class Log:
         clean_shutdown: bool = True,
         recovery_point: int = 0,
         log_start_offset: int = 0,
+        producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
     ) -> None:
+        """`producer_id_expiration_ms`: Kafka's `producer.id.expiration.ms`, how long an idle
+        producer's state is kept (applied on load and by `remove_expired_producers`)."""
         self.directory = directory
         self.topic, self.partition = parse_partition_dir(directory.name)
         self.config = config
@@ -90,6 +103,18 @@ class Log:
         self.recovery_point = self.log_end_offset
         self._unflushed_records = 0
         self._last_flush_ms = now_ms
+        # After the recovery flush: a snapshot written here describes data already on disk.
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.producer_state = ProducerStateManager(directory)
+        self._reload_producer_state()
+        self.remove_expired_producers(now_ms)
+
+    def _reload_producer_state(self) -> None:
+        self.producer_state.load(
+            self.log_start_offset,
+            self.log_end_offset,
+            lambda start: (header for _, _, header in self.batches(start)),
+        )
 
     # -- loading and recovery ----------------------------------------------------------------
 
@@ -165,14 +190,41 @@ class Log:
         log_end_offset = next_offset = self.segments[-1].next_offset
         assigned: list[tuple[int, BatchHeader]] = []
         prefixes: list[bytes] = []
+        idempotent = False
         for position, header in batches:
             _check_record_count(position, header)
             count = header.last_offset_delta + 1
             prefixes.append(_PREFIX.pack(next_offset, header.batch_length, leader_epoch))
             assigned.append((position, _with_offsets(header, next_offset, leader_epoch)))
             next_offset += count
+            idempotent |= header.producer_id >= 0
+        if idempotent:
+            duplicate = self.producer_state.check_all([(h, h.base_offset) for _, h in assigned])
+            if duplicate is not None:
+                return self._duplicate(duplicate)
         self.epochs.assign(leader_epoch, log_end_offset)
-        return self._append(view, assigned, prefixes, now_ms)
+        info = self._append(view, assigned, prefixes, now_ms)
+        if idempotent:
+            self._update_producer_state(assigned)
+        return info
+
+    def _duplicate(self, batch: BatchMetadata) -> AppendInfo:
+        """What a producer's retry of a batch already in the log gets: the original's offsets."""
+        has_timestamp = batch.max_timestamp > -1
+        return AppendInfo(
+            batch.first_offset,
+            batch.last_offset,
+            batch.max_timestamp if has_timestamp else -1,
+            batch.last_offset if has_timestamp else batch.first_offset,
+            self.log_start_offset,
+            0,
+            True,
+        )
+
+    def _update_producer_state(self, batches: list[tuple[int, BatchHeader]]) -> None:
+        for _, header in batches:
+            if header.producer_id >= 0:
+                self.producer_state.update(header, header.base_offset)
 
     def _append_one(
         self, view: memoryview, header: BatchHeader, leader_epoch: int, now_ms: int
@@ -184,12 +236,19 @@ class Log:
         _check_record_count(0, header)
         segment = self.segments[-1]
         first_offset = segment.next_offset
+        idempotent = header.producer_id >= 0
+        if idempotent:
+            duplicate = self.producer_state.check(header, first_offset)
+            if duplicate is not None:
+                return self._duplicate(duplicate)
         last_offset = first_offset + header.last_offset_delta
         self.epochs.assign(leader_epoch, first_offset)
         if segment.should_roll(size, now_ms) or last_offset - segment.base_offset > 2**31 - 1:
             segment = self.roll(now_ms, first_offset)
         prefix = _PREFIX.pack(first_offset, header.batch_length, leader_epoch)
         segment.append_one(view, prefix, size, header.max_timestamp, last_offset)
+        if idempotent:
+            self.producer_state.update(header, first_offset)
         count = header.last_offset_delta + 1
         self._unflushed_records += count
         has_timestamp = header.max_timestamp > -1
@@ -220,7 +279,10 @@ class Log:
         for _, header in batches:
             self.epochs.assign(header.partition_leader_epoch, header.base_offset)
         prefixes = [bytes(view[p : p + _PREFIX.size]) for p, _ in batches]
-        return self._append(view, batches, prefixes, now_ms)
+        info = self._append(view, batches, prefixes, now_ms)
+        # As in Kafka, a follower records what its leader accepted, without checking it.
+        self._update_producer_state(batches)
+        return info
 
     def _validated(self, view: memoryview) -> list[tuple[int, BatchHeader]]:
         try:
@@ -302,6 +364,8 @@ class Log:
         segment = LogSegment(self.directory, base, self.config, now_ms)
         segment.next_offset = base
         self._add_segment(segment)
+        # A restart then replays at most the new segment (Kafka snapshots at each roll).
+        self.producer_state.take_snapshot(base)
         return segment
 
     # -- flushing -------------------------------------------------------------------------
@@ -373,9 +437,17 @@ class Log:
 
     def batches(self, start_offset: int = 0) -> Iterator[tuple[LogSegment, int, BatchHeader]]:
         """Every batch from `start_offset` on, with the segment and position it lives at."""
-        for i in range(self._segment_index(start_offset), len(self.segments)):
+        first = self._segment_index(start_offset)
+        for i in range(first, len(self.segments)):
             segment = self.segments[i]
-            for position, header in segment.batches():
+            start = 0
+            if i == first:
+                # The offset index finds where to start without reading the segment's head.
+                found = segment.find_batch(start_offset)
+                if found is None:
+                    continue
+                start = found[0]
+            for position, header in segment.batches(start):
                 if header.last_offset >= start_offset:
                     yield segment, position, header
 
@@ -392,6 +464,7 @@ class Log:
         self.epochs.truncate_from_end(self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+        self._reload_producer_state()
 
     def truncate_fully_and_start_at(self, offset: int, now_ms: int) -> None:
         """Empty the log and restart it at `offset` (a follower too far behind its leader)."""
@@ -403,6 +476,7 @@ class Log:
         self.epochs.clear()
         self.log_start_offset = offset
         self.recovery_point = offset
+        self.producer_state.truncate_fully()
 
     def delete_records(self, offset: int) -> int:
         """DeleteRecords: move the log start offset up to `offset`; returns the new start."""
@@ -453,6 +527,7 @@ class Log:
             segment.mark_deleted()
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
         self.epochs.truncate_from_start(self.log_start_offset)
+        self.producer_state.delete_snapshots_before(self.log_start_offset)
         return doomed
 
     def replace_segments(self, new: list[LogSegment], old: list[LogSegment]) -> None:
@@ -461,11 +536,20 @@ class Log:
         self.segments[start : start + len(old)] = new
         self._bases = [segment.base_offset for segment in self.segments]
 
+    # -- producers ------------------------------------------------------------------------
+
+    def remove_expired_producers(self, now_ms: int) -> list[int]:
+        """Forget producers idle for `producer.id.expiration.ms` (their last batch's max
+        timestamp is that old); returns their ids. The log manager calls this periodically."""
+        return self.producer_state.remove_expired(now_ms, self.producer_id_expiration_ms)
+
     # -- lifecycle ------------------------------------------------------------------------
 
     def close(self, now_ms: int) -> None:
-        """Flush everything to disk and close the files (clean shutdown)."""
+        """Flush everything to disk, snapshot the producer state at the log end so the next
+        start replays nothing, and close the files (clean shutdown)."""
         self.flush(now_ms)
+        self.producer_state.take_snapshot(self.log_end_offset)
         for segment in self.segments:
             segment.close()
 

@@ -7,6 +7,9 @@ asynchronous deletion (segments renamed `.deleted`, partition directories rename
 `<topic>-<partition>.<id>-delete`, both removed `file.delete.delay.ms` later), and which
 compacted log the cleaner takes next (`cleaner-offset-checkpoint`).
 
+Every `producer.id.expiration.check.interval.ms`, `tick` has each log forget the idempotent
+producers idle for longer than `producer.id.expiration.ms`.
+
 A partition whose log cannot be loaded is reported by name in `offline` and left alone; every
 other partition still loads. Time is an argument (`now_ms`): `tick` is called by the server.
 """
@@ -24,6 +27,7 @@ from typing import TextIO
 
 from .checkpoints import read_offset_checkpoint, write_offset_checkpoint
 from .cleaner import (
+    PRODUCER_ID_EXPIRATION_MS,
     CleanResult,
     clean,
     filthiest_log,
@@ -60,14 +64,22 @@ class LogManager:
         default_config: LogConfig,
         *,
         checkpoint_interval_ms: int = 60_000,
+        producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
+        producer_id_expiration_check_interval_ms: int = 600_000,
     ) -> None:
         """`checkpoint_interval_ms`: how often `tick` writes the recovery-point and log-start
-        checkpoints (Kafka's `log.flush.offset.checkpoint.interval.ms`, 1 minute)."""
+        checkpoints (Kafka's `log.flush.offset.checkpoint.interval.ms`, 1 minute).
+        `producer_id_expiration_ms`: Kafka's `producer.id.expiration.ms` (1 day), how long a
+        partition keeps an idle producer's state; `producer_id_expiration_check_interval_ms`:
+        Kafka's `producer.id.expiration.check.interval.ms` (10 minutes), how often `tick`
+        looks for them."""
         if not log_dirs:
             raise ValueError("at least one log dir is required (log.dirs)")
         self.log_dirs = [Path(d) for d in log_dirs]
         self.default_config = default_config
         self.checkpoint_interval_ms = checkpoint_interval_ms
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
         self.logs: dict[TopicPartition, Log] = {}
         self.offline: dict[TopicPartition, str] = {}
         self.offline_dirs: dict[Path, str] = {}
@@ -75,6 +87,7 @@ class LogManager:
         self._locks: list[TextIO] = []
         self._pending: list[_PendingDeletion] = []
         self._last_checkpoint_ms = 0
+        self._last_producer_expiration_ms = 0
         self._first_dirty: dict[TopicPartition, int] = {}
         self._locked: set[Path] = set()
         self.reserved_topics: frozenset[str] = frozenset({"__cluster_metadata"})
@@ -106,6 +119,7 @@ class LogManager:
             except OSError as exc:
                 self.offline_dirs[log_dir] = f"{type(exc).__name__}: {exc}"
         self._last_checkpoint_ms = now_ms
+        self._last_producer_expiration_ms = now_ms
 
     def _load_dir(self, log_dir: Path, now_ms: int, configs: dict[str, LogConfig]) -> None:
         marker = log_dir / CLEAN_SHUTDOWN_FILE
@@ -136,6 +150,7 @@ class LogManager:
                     clean_shutdown=clean,
                     recovery_point=recovery_points.get(key, 0),
                     log_start_offset=start_offsets.get(key, 0),
+                    producer_id_expiration_ms=self.producer_id_expiration_ms,
                 )
             except Exception as exc:  # any failure takes this partition alone offline
                 self.offline[key] = f"{child}: {type(exc).__name__}: {exc}"
@@ -207,7 +222,12 @@ class LogManager:
             if d in counts and tp in self.logs:
                 counts[d] += 1
         log_dir = min(online, key=lambda d: counts[d])
-        log = Log(log_dir / f"{topic}-{partition}", config or self.default_config, now_ms=now_ms)
+        log = Log(
+            log_dir / f"{topic}-{partition}",
+            config or self.default_config,
+            now_ms=now_ms,
+            producer_id_expiration_ms=self.producer_id_expiration_ms,
+        )
         self.logs[key] = log
         self._dir_of[key] = log_dir
         return log
@@ -244,12 +264,21 @@ class LogManager:
     # -- periodic work ----------------------------------------------------------------------
 
     def tick(self, now_ms: int) -> None:
-        """Retention, time-based flushes, deferred deletions and checkpoints that are due."""
+        """Retention, time-based flushes, producer expiration, deferred deletions and
+        checkpoints that are due."""
+        expire_producers = (
+            now_ms - self._last_producer_expiration_ms
+            >= self.producer_id_expiration_check_interval_ms
+        )
         for _, log in self:
             doomed = log.delete_old_segments(now_ms)
             if doomed:
                 self.retire(doomed, now_ms + log.config.file_delete_delay_ms)
             log.maybe_flush(now_ms)
+            if expire_producers:
+                log.remove_expired_producers(now_ms)
+        if expire_producers:
+            self._last_producer_expiration_ms = now_ms
         due = [p for p in self._pending if p.due_ms <= now_ms]
         for pending in due:
             self._finish_deletion(pending)
