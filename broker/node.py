@@ -15,10 +15,10 @@ import uuid
 from pathlib import Path
 
 from broker.config import BrokerConfig
-from broker.handlers import NodeState, build_dispatcher
 from broker.groups.api import GroupConfig
 from broker.groups.persistence import LogGroupLog
 from broker.groups.service import GroupService
+from broker.handlers import NodeState, build_dispatcher
 from broker.handlers.context import OFFSETS_TOPIC, Endpoint, wall_clock_ms
 from broker.kraft import MetadataService
 from broker.metadata import PartitionChanged
@@ -95,6 +95,7 @@ class Node:
         self.server: BrokerServer | None = None
         self.state: NodeState | None = None
         self.groups: GroupService | None = None
+        self.replicas: ReplicaManager | None = None
         self._housekeeping: asyncio.Task[None] | None = None
 
     async def start(self) -> list[BoundListener]:
@@ -111,7 +112,7 @@ class Node:
         self.logs.startup(
             now_ms=now, configs={name: metadata.topic_log_config(name) for name in image.topics}
         )
-        replicas = ReplicaManager(
+        replicas = self.replicas = ReplicaManager(
             self.config.node_id, self.logs, image, metadata.topic_log_config, self.clock
         )
         for topic in image.topics.values():
@@ -142,13 +143,13 @@ class Node:
         return bound
 
     def _offsets_log(self, partition: int) -> Log | None:
-        assert self.state is not None
-        found = self.state.replicas.partitions.get((OFFSETS_TOPIC, partition))
+        assert self.replicas is not None
+        found = self.replicas.partitions.get((OFFSETS_TOPIC, partition))
         return None if found is None else found.log
 
     def _offsets_epoch(self, partition: int) -> int:
-        assert self.state is not None
-        found = self.state.replicas.partitions.get((OFFSETS_TOPIC, partition))
+        assert self.replicas is not None
+        found = self.replicas.partitions.get((OFFSETS_TOPIC, partition))
         return 0 if found is None else found.leader_epoch
 
     async def _housekeep(self) -> None:

@@ -26,11 +26,13 @@ from broker.storage import (
     AppendInfo,
     CorruptRecordError,
     FileSlice,
+    InvalidProducerEpoch,
     Log,
     LogConfig,
     LogManager,
     LogOffline,
     OffsetOutOfRange,
+    OutOfOrderSequence,
     RecordTooLarge,
     StorageError,
 )
@@ -193,13 +195,12 @@ class ReplicaManager:
             return AppendResult(ErrorCode.corrupt_message, message=str(exc))
         except RecordTooLarge as exc:
             return AppendResult(ErrorCode.message_too_large, message=str(exc))
-        except LogOffline as exc:
+        except OutOfOrderSequence as exc:
+            return AppendResult(ErrorCode.out_of_order_sequence_number, message=str(exc))
+        except InvalidProducerEpoch as exc:
+            return AppendResult(ErrorCode.invalid_producer_epoch, message=str(exc))
+        except (LogOffline, StorageError) as exc:
             return AppendResult(ErrorCode.kafka_storage_error, message=str(exc))
-        except StorageError as exc:
-            code = getattr(exc, "error_code", None)
-            if isinstance(code, ErrorCode):
-                return AppendResult(code, message=str(exc))
-            raise
         self._wake((topic, index))
         return AppendResult(ErrorCode.none, info)
 

@@ -13,21 +13,17 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import (
-    AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    NewPartitions,
-    NewTopic,
-)
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.cimpl import NewPartitions, NewTopic
 
 from tests.integration.nodes import RunningNode, run_node, start_node
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 QUIET = {"log_level": 0}
 
-Sent = list[tuple[bytes, bytes, list[tuple[str, bytes]]]]
+Headers = list[tuple[str, str | bytes | None]]
+Sent = list[tuple[bytes, bytes, Headers]]
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +48,7 @@ def _create(bootstrap: str, name: str, partitions: int = 3, **configs: str) -> N
 
 def _records(count: int, tag: str) -> Sent:
     return [
-        (f"key-{i % 7}".encode(), f"{tag}-value-{i}".encode() * 20, [("n", str(i).encode())])
+        (f"key-{i % 7}".encode(), f"{tag}-value-{i}".encode() * 20, [("n", f"{i}".encode())])
         for i in range(count)
     ]
 

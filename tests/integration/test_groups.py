@@ -1,0 +1,215 @@
+"""Consumer groups with real clients against a real `gregor broker`: rebalancing as members
+join and leave, committed offsets that a restarted consumer resumes from, group admin, and
+offsets that survive a SIGKILL of the broker."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from tests.integration.nodes import RunningNode, run_node, start_node
+
+QUIET = {"log_level": 0}
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningNode]:
+    with run_node(tmp_path_factory.mktemp("groups")) as running:
+        yield running
+
+
+def _topic(bootstrap: str, name: str, partitions: int, records: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(10)
+    producer = Producer({"bootstrap.servers": bootstrap, **QUIET})
+    for i in range(records):
+        producer.produce(name, key=str(i).encode(), value=f"value-{i}".encode())
+    assert producer.flush(10) == 0
+
+
+def _consumer(bootstrap: str, group: str, **extra: Any) -> Consumer:
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+            **extra,
+            **QUIET,
+        }
+    )
+
+
+def _poll_until(consumers: list[Consumer], done: Any, timeout: float = 30) -> list[Any]:
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while not done(got) and time.monotonic() < deadline:
+        for consumer in consumers:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                got.append(message)
+    return got
+
+
+def test_group_rebalances_as_members_join_and_leave(node: RunningNode) -> None:
+    _topic(node.bootstrap, "rebalance", partitions=4, records=40)
+    first = _consumer(node.bootstrap, "rebalancers")
+    first.subscribe(["rebalance"])
+    got = _poll_until([first], lambda g: len(g) >= 40)
+    assert len(got) == 40
+    assert {m.partition() for m in got} == {0, 1, 2, 3}
+    assert len(first.assignment()) == 4
+
+    second = _consumer(node.bootstrap, "rebalancers")
+    second.subscribe(["rebalance"])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for consumer in (first, second):
+            consumer.poll(0.2)
+        if len(first.assignment()) == 2 and len(second.assignment()) == 2:
+            break
+    assert sorted(tp.partition for tp in first.assignment() + second.assignment()) == [0, 1, 2, 3]
+
+    second.close()  # LeaveGroup: the survivor gets every partition back
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(first.assignment()) != 4:
+        first.poll(0.2)
+    assert len(first.assignment()) == 4
+    first.close()
+
+
+def test_commit_and_resume_after_consumer_restart(node: RunningNode) -> None:
+    _topic(node.bootstrap, "resume", partitions=2, records=30)
+    consumer = _consumer(node.bootstrap, "resumers", **{"enable.auto.commit": False})
+    consumer.subscribe(["resume"])
+    got = _poll_until([consumer], lambda g: len(g) >= 10)
+    first_batch = got[:10]
+    last = {}
+    for message in first_batch:
+        last[message.partition()] = max(last.get(message.partition(), -1), message.offset())
+    consumer.commit(
+        offsets=[TopicPartition("resume", p, o + 1) for p, o in last.items()], asynchronous=False
+    )
+    consumer.close()
+
+    restarted = _consumer(node.bootstrap, "resumers", **{"enable.auto.commit": False})
+    committed = restarted.committed(
+        [TopicPartition("resume", 0), TopicPartition("resume", 1)], timeout=10
+    )
+    assert {tp.partition: tp.offset for tp in committed} == {
+        p: last.get(p, -1) + 1 if p in last else -1001 for p in (0, 1)
+    }
+    restarted.subscribe(["resume"])
+    rest = _poll_until([restarted], lambda g: len(g) >= 30 - len(first_batch))
+    restarted.close()
+    seen = {(m.partition(), m.offset()) for m in first_batch} | {
+        (m.partition(), m.offset()) for m in rest
+    }
+    assert len(seen) == 30  # nothing skipped
+    assert not {(m.partition(), m.offset()) for m in first_batch} & {
+        (m.partition(), m.offset()) for m in rest
+    }  # nothing committed is read again
+
+
+def test_list_and_describe_groups(node: RunningNode) -> None:
+    _topic(node.bootstrap, "described", partitions=2, records=5)
+    consumer = _consumer(node.bootstrap, "describers")
+    consumer.subscribe(["described"])
+    _poll_until([consumer], lambda g: len(g) >= 5)
+    admin = AdminClient({"bootstrap.servers": node.bootstrap, **QUIET})
+    listed = admin.list_consumer_groups().result(10)
+    assert "describers" in {g.group_id for g in listed.valid}
+    description = admin.describe_consumer_groups(["describers"])["describers"].result(10)
+    assert str(description.state).endswith("STABLE")
+    assert len(description.members) == 1
+    assert {tp.partition for tp in description.members[0].assignment.topic_partitions} == {0, 1}
+    consumer.close()
+
+
+@pytest.mark.filterwarnings("ignore:read_text is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning")
+def test_kafka_python_group_consumer(node: RunningNode) -> None:
+    from kafka import KafkaConsumer  # noqa: PLC0415 - warns on import
+
+    _topic(node.bootstrap, "kp-group", partitions=3, records=30)
+    consumer = KafkaConsumer(
+        "kp-group",
+        bootstrap_servers=node.bootstrap,
+        group_id="kp-readers",
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=10_000,
+    )
+    got = [message for _, message in zip(range(30), consumer, strict=False)]
+    consumer.commit()
+    consumer.close()
+    assert len(got) == 30
+    again = KafkaConsumer(
+        "kp-group",
+        bootstrap_servers=node.bootstrap,
+        group_id="kp-readers",
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=2_000,
+    )
+    assert list(again) == []  # resumed from the committed offsets
+    again.close()
+
+
+def test_aiokafka_group_consumer(node: RunningNode) -> None:
+    from aiokafka import AIOKafkaConsumer  # noqa: PLC0415
+
+    _topic(node.bootstrap, "aio-group", partitions=3, records=30)
+
+    async def scenario() -> int:
+        consumer = AIOKafkaConsumer(
+            "aio-group",
+            bootstrap_servers=node.bootstrap,
+            group_id="aio-readers",
+            auto_offset_reset="earliest",
+        )
+        await consumer.start()
+        try:
+            count = 0
+            while count < 30:
+                batches = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 20)
+                count += sum(len(messages) for messages in batches.values())
+            await consumer.commit()
+            return count
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(scenario()) == 30
+
+
+def test_group_offsets_survive_sigkill(tmp_path: Path) -> None:
+    node = start_node(tmp_path)
+    try:
+        _topic(node.bootstrap, "kept", partitions=2, records=20)
+        consumer = _consumer(node.bootstrap, "keepers", **{"enable.auto.commit": False})
+        consumer.subscribe(["kept"])
+        _poll_until([consumer], lambda g: len(g) >= 20)
+        consumer.commit(
+            offsets=[TopicPartition("kept", 0, 7), TopicPartition("kept", 1, 3)],
+            asynchronous=False,
+        )
+        consumer.close()
+    finally:
+        node.process.kill()
+        node.process.wait(10)
+        if node.process.stdout:
+            node.process.stdout.close()
+    with run_node(tmp_path) as restarted:
+        consumer = _consumer(restarted.bootstrap, "keepers")
+        committed = consumer.committed(
+            [TopicPartition("kept", 0), TopicPartition("kept", 1)], timeout=10
+        )
+        consumer.close()
+        assert {tp.partition: tp.offset for tp in committed} == {0: 7, 1: 3}
