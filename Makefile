@@ -8,9 +8,20 @@ STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: install run test test-unit test-integration lint format clean bench-storage
+.PHONY: install kcat kafka-dist run test test-unit test-integration lint format clean bench-storage \
+	bench-broker
 
-install: $(STAMP)
+install: $(STAMP) kcat
+
+# Debian's kcat (librdkafka 2.0.x), a client the integration tests drive; apt needs root.
+kcat:
+	@command -v kcat >/dev/null 2>&1 || { \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
+
+# Apache Kafka's broker and tools from Maven Central, cached outside the repository
+# (~/.cache/gregor/kafka/<version>, or under $GREGOR_CACHE); tests fetch it on first use too.
+kafka-dist: install
+	$(BIN)/python -m tests.support.kafka_dist
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,6 +53,9 @@ format: install
 
 bench-storage: install
 	$(BIN)/python -m bench.storage $(BENCH_ARGS)
+
+bench-broker: kafka-dist
+	$(BIN)/python -m bench.broker $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache .hypothesis

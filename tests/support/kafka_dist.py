@@ -1,0 +1,432 @@
+"""Apache Kafka itself, from Maven Central: its command-line tools and a single-node KRaft broker.
+
+What it owns: the pinned Kafka release and the cache of its jars outside the repository
+(`~/.cache/gregor/kafka/<version>/libs`, or under `$GREGOR_CACHE`), fetched once with Maven and
+a generated pom, under a file lock so that concurrent test processes share one fetch; running
+Kafka's tools by main class (`java -cp '<libs>/*' <MainClass> …`) with a timeout and their
+output captured; and starting, waiting for and stopping an Apache Kafka broker on free loopback
+ports. It is the reference peer that proves a scenario right before it runs against Gregor.
+
+What it must never do: be imported by the broker; fetch anything but Maven artifacts; write into
+the repository; leave a JVM running after the context that started it.
+
+`python -m tests.support.kafka_dist` fetches the jars (`make kafka-dist`) and prints where.
+
+Why 4.3.1: it is the newest release whose artifacts are all on Maven Central. Central already
+lists kafka-clients, kafka-server and kafka_2.13 at 4.4.0, but not kafka-tools nor
+kafka-tools-api 4.4.0, which kafka_2.13 4.4.0 depends on, so 4.4.0 cannot be resolved yet.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypedDict, Unpack
+
+from tests.integration.nodes import free_port
+
+__all__ = [
+    "CONFIG_COMMAND",
+    "CONSOLE_CONSUMER",
+    "CONSOLE_PRODUCER",
+    "CONSUMER_GROUP_COMMAND",
+    "CONSUMER_PERFORMANCE",
+    "DELETE_RECORDS_COMMAND",
+    "KAFKA_VERSION",
+    "PRODUCER_PERFORMANCE",
+    "TOPIC_COMMAND",
+    "KafkaBroker",
+    "KafkaTools",
+    "ToolFailed",
+    "ToolResult",
+    "cache_dir",
+    "fetch",
+    "run_kafka",
+    "run_tool",
+    "start_kafka",
+]
+
+KAFKA_VERSION = "4.3.1"
+SCALA_VERSION = "2.13"
+LOG4J_VERSION = "2.25.4"
+"""The log4j2 that kafka_2.13 4.3.1 depends on; its SLF4J 1.x binding has the same version."""
+DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
+
+# Main classes of Kafka 4.3's scripts (bin/kafka-*.sh name the same classes).
+TOPIC_COMMAND = "org.apache.kafka.tools.TopicCommand"
+CONSOLE_PRODUCER = "org.apache.kafka.tools.ConsoleProducer"
+CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
+CONSUMER_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+CONFIG_COMMAND = "kafka.admin.ConfigCommand"
+PRODUCER_PERFORMANCE = "org.apache.kafka.tools.ProducerPerformance"
+CONSUMER_PERFORMANCE = "org.apache.kafka.tools.ConsumerPerformance"
+DELETE_RECORDS_COMMAND = "org.apache.kafka.tools.DeleteRecordsCommand"
+STORAGE_TOOL = "kafka.tools.StorageTool"
+KAFKA_MAIN = "kafka.Kafka"
+
+_KAFKA_ARTIFACTS = (f"kafka_{SCALA_VERSION}", "kafka-tools", "kafka-clients")
+"""The broker (for the benchmark and the reference runs), the tools, the clients."""
+_LOGGING = ("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION)
+"""The SLF4J 1.x binding to log4j2 that Kafka's own distribution ships in libs/."""
+_COMPLETE = ".complete"
+_FETCH_TIMEOUT = 900.0
+_TOOL_TIMEOUT = 120.0
+_STARTED = "Kafka Server started"
+
+# Tools: warnings and errors on stderr, so that stdout holds only what the tool prints.
+_TOOLS_LOG4J = """\
+status = error
+appender.err.type = Console
+appender.err.name = STDERR
+appender.err.target = SYSTEM_ERR
+appender.err.layout.type = PatternLayout
+appender.err.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = warn
+rootLogger.appenderRef.err.ref = STDERR
+"""
+# The broker: INFO on stdout, which the launcher sends to a file next to the data.
+_BROKER_LOG4J = """\
+status = error
+appender.out.type = Console
+appender.out.name = STDOUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = info
+rootLogger.appenderRef.out.ref = STDOUT
+logger.state.name = state.change.logger
+logger.state.level = warn
+logger.request.name = kafka.request.logger
+logger.request.level = warn
+"""
+
+
+# -- the jars --------------------------------------------------------------------------------
+
+
+def cache_dir(version: str = KAFKA_VERSION) -> Path:
+    """Where one Kafka release lives: `$GREGOR_CACHE/kafka/<version>`, by default under
+    `~/.cache/gregor`, outside any work tree so that every clone and CI run reuses it."""
+    root = os.environ.get("GREGOR_CACHE") or Path.home() / ".cache" / "gregor"
+    return Path(root) / "kafka" / version
+
+
+def _pom(version: str) -> str:
+    coordinates = [("org.apache.kafka", artifact, version) for artifact in _KAFKA_ARTIFACTS]
+    dependencies = "".join(
+        f"<dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
+        f"<version>{v}</version></dependency>\n"
+        for group, artifact, v in (*coordinates, _LOGGING)
+    )
+    return (
+        '<project xmlns="http://maven.apache.org/POM/4.0.0">\n'
+        "<modelVersion>4.0.0</modelVersion>\n"
+        "<groupId>gregor.tests</groupId><artifactId>kafka-dist</artifactId>"
+        f"<version>{version}</version><packaging>pom</packaging>\n"
+        f"<dependencies>\n{dependencies}</dependencies>\n</project>\n"
+    )
+
+
+def fetch(version: str = KAFKA_VERSION) -> Path:
+    """The directory of Kafka's jars (broker, tools, clients, a log4j2 binding), fetched from
+    Maven Central on first use. Several processes may call this at once: one fetches under an
+    exclusive lock, the others wait for it and reuse its result. The jars appear in one rename,
+    so a fetch that dies half way leaves nothing that looks complete."""
+    home = cache_dir(version)
+    libs = home / "libs"
+    if (libs / _COMPLETE).exists():
+        return libs
+    home.mkdir(parents=True, exist_ok=True)
+    with (home / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (libs / _COMPLETE).exists():
+            return libs
+        with tempfile.TemporaryDirectory(dir=home, prefix=".fetch-") as scratch:
+            work = Path(scratch)
+            (work / "pom.xml").write_text(_pom(version))
+            result = subprocess.run(
+                [
+                    "mvn",
+                    "--batch-mode",
+                    "--quiet",
+                    "--file",
+                    str(work / "pom.xml"),
+                    f"{DEPENDENCY_PLUGIN}:copy-dependencies",
+                    f"-DoutputDirectory={work / 'libs'}",
+                    "-DincludeScope=runtime",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=_FETCH_TIMEOUT,
+                check=False,
+            )
+            if result.returncode != 0:
+                raise RuntimeError(
+                    f"mvn could not fetch Apache Kafka {version} from Maven Central "
+                    f"(exit {result.returncode}):\n{result.stdout[-4000:]}{result.stderr[-4000:]}"
+                )
+            (work / "libs" / _COMPLETE).touch()
+            (home / "tools-log4j2.properties").write_text(_TOOLS_LOG4J)
+            (home / "broker-log4j2.properties").write_text(_BROKER_LOG4J)
+            shutil.rmtree(libs, ignore_errors=True)
+            (work / "libs").rename(libs)
+    return libs
+
+
+def _java(libs: Path, log_config: Path, main_class: str, heap: str, *jvm_options: str) -> list[str]:
+    java_home = os.environ.get("JAVA_HOME")
+    return [
+        str(Path(java_home) / "bin" / "java") if java_home else "java",
+        f"-Xmx{heap}",
+        "-XX:+UseG1GC",
+        *jvm_options,
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={log_config}",
+        "-cp",
+        f"{libs}/*",
+        main_class,
+    ]
+
+
+# -- the tools -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    command: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def describe(self) -> str:
+        """The command line (main class onwards) and what the tool said, for failure messages."""
+        start = next((i for i, arg in enumerate(self.command) if arg == "-cp"), -2) + 2
+        return (
+            f"$ {' '.join(self.command[start:])}\nexit {self.returncode}\n"
+            f"--- stdout ---\n{self.stdout[-3000:]}\n--- stderr ---\n{self.stderr[-3000:]}"
+        )
+
+
+class ToolFailed(AssertionError):
+    """A Kafka tool exited non-zero or ran past its timeout; the message has its output."""
+
+
+def run_tool(
+    main_class: str,
+    *args: str,
+    stdin: str | None = None,
+    timeout: float = _TOOL_TIMEOUT,
+    check: bool = True,
+    heap: str = "256m",
+) -> ToolResult:
+    """Run one of Kafka's tools by its main class, as its bin/ script would; wait for it."""
+    libs = fetch()
+    command = (*_java(libs, libs.parent / "tools-log4j2.properties", main_class, heap), *args)
+    try:
+        completed = subprocess.run(
+            command, input=stdin, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired as expired:
+        result = ToolResult(command, -1, _text(expired.stdout), _text(expired.stderr))
+        raise ToolFailed(f"timed out after {timeout} s:\n{result.describe()}") from None
+    result = ToolResult(command, completed.returncode, completed.stdout, completed.stderr)
+    if check and result.returncode != 0:
+        raise ToolFailed(result.describe())
+    return result
+
+
+def _text(output: str | bytes | None) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else (output or "")
+
+
+class RunOptions(TypedDict, total=False):
+    """`run_tool`'s keyword arguments, which every `KafkaTools` method passes on."""
+
+    stdin: str | None
+    timeout: float
+    check: bool
+    heap: str
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaTools:
+    """Kafka's command-line tools pointed at one bootstrap address. Each method takes the tool's
+    own arguments after `--bootstrap-server`; keyword arguments go to `run_tool`."""
+
+    bootstrap: str
+
+    def topics(self, *args: str, **options: Unpack[RunOptions]) -> ToolResult:
+        return self._run(TOPIC_COMMAND, args, options)
+
+    def console_producer(self, *args: str, **options: Unpack[RunOptions]) -> ToolResult:
+        return self._run(CONSOLE_PRODUCER, args, options)
+
+    def console_consumer(self, *args: str, **options: Unpack[RunOptions]) -> ToolResult:
+        return self._run(CONSOLE_CONSUMER, args, options)
+
+    def consumer_groups(self, *args: str, **options: Unpack[RunOptions]) -> ToolResult:
+        return self._run(CONSUMER_GROUP_COMMAND, args, options)
+
+    def configs(self, *args: str, **options: Unpack[RunOptions]) -> ToolResult:
+        return self._run(CONFIG_COMMAND, args, options)
+
+    def delete_records(self, *args: str, **options: Unpack[RunOptions]) -> ToolResult:
+        return self._run(DELETE_RECORDS_COMMAND, args, options)
+
+    def producer_perf(self, *args: str, **options: Unpack[RunOptions]) -> ToolResult:
+        return self._run(PRODUCER_PERFORMANCE, args, options)
+
+    def consumer_perf(self, *args: str, **options: Unpack[RunOptions]) -> ToolResult:
+        return self._run(CONSUMER_PERFORMANCE, args, options)
+
+    def _run(self, main_class: str, args: tuple[str, ...], options: RunOptions) -> ToolResult:
+        return run_tool(main_class, "--bootstrap-server", self.bootstrap, *args, **options)
+
+
+# -- the broker ------------------------------------------------------------------------------
+
+
+@dataclass
+class KafkaBroker:
+    """A running single-node KRaft Apache Kafka (broker and controller in one JVM)."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+    controller_port: int
+    directory: Path
+    log: Path
+
+    @property
+    def bootstrap(self) -> str:
+        return f"localhost:{self.port}"
+
+    def stop(self, timeout: float = 60.0) -> int:
+        """SIGTERM (a controlled shutdown), SIGKILL if it has not exited within `timeout`."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                return self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        return self.process.wait()
+
+    def log_tail(self, characters: int = 6000) -> str:
+        return self.log.read_text(errors="replace")[-characters:] if self.log.exists() else ""
+
+
+def _cluster_id() -> str:
+    """A random cluster id as Kafka writes one: 16 bytes, URL-safe base64, unpadded, never
+    starting with '-' (Kafka refuses those as look-alikes of command-line options)."""
+    while True:
+        encoded = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not encoded.startswith("-"):
+            return encoded
+
+
+def start_kafka(
+    directory: Path,
+    extra: Mapping[str, str] | None = None,
+    *,
+    heap: str = "512m",
+    timeout: float = 90.0,
+) -> KafkaBroker:
+    """Format a KRaft log dir under `directory`, start `kafka.Kafka` on two free loopback ports,
+    and return once it logs that it has started (its listeners then serve clients)."""
+    libs = fetch()
+    port = free_port()
+    while (controller_port := free_port()) == port:
+        pass
+    properties = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "listeners": f"PLAINTEXT://localhost:{port},CONTROLLER://localhost:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://localhost:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "controller.quorum.voters": f"1@localhost:{controller_port}",
+        "log.dirs": str(directory / "data"),
+        "num.partitions": "1",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+    } | dict(extra or {})
+    config = directory / "server.properties"
+    config.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
+    log_config = libs.parent / "broker-log4j2.properties"
+    formatted = subprocess.run(
+        [
+            *_java(libs, log_config, STORAGE_TOOL, "256m"),
+            "format",
+            "--cluster-id",
+            _cluster_id(),
+            "--config",
+            str(config),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if formatted.returncode != 0:
+        raise RuntimeError(f"kafka-storage format failed:\n{formatted.stdout}{formatted.stderr}")
+    log = directory / "kafka.log"
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            [
+                *_java(
+                    libs, log_config, KAFKA_MAIN, heap, f"-Xms{heap}", "-XX:MaxGCPauseMillis=20"
+                ),
+                str(config),
+            ],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    broker = KafkaBroker(process, port, controller_port, directory, log)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"Kafka exited with {process.returncode}:\n{broker.log_tail()}")
+        if _STARTED in log.read_text(errors="replace"):
+            return broker
+        time.sleep(0.2)
+    broker.stop()
+    raise RuntimeError(f"Kafka did not start within {timeout} s:\n{broker.log_tail()}")
+
+
+@contextlib.contextmanager
+def run_kafka(
+    directory: Path, extra: Mapping[str, str] | None = None, *, heap: str = "512m"
+) -> Iterator[KafkaBroker]:
+    """A Kafka broker for the length of the block; stopped and its log dir removed after."""
+    broker = start_kafka(directory, extra, heap=heap)
+    try:
+        yield broker
+    finally:
+        broker.stop()
+        shutil.rmtree(directory / "data", ignore_errors=True)
+
+
+if __name__ == "__main__":
+    started = time.perf_counter()
+    where = fetch()
+    jars = sum(1 for _ in where.glob("*.jar"))
+    seconds = time.perf_counter() - started
+    print(f"Apache Kafka {KAFKA_VERSION}: {jars} jars in {where} ({seconds:.1f} s)")
+    sys.exit(0)
