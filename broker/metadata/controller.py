@@ -281,12 +281,12 @@ class QuorumController:
         if count < current:
             return [], Outcome(
                 ErrorCode.invalid_partitions,
-                f"Topic currently has {current} partitions, which is higher than the requested "
-                f"{count}.",
+                f"The topic {topic_name} currently has {current} partition(s); {count} would not "
+                "be an increase.",
             )
         if count == current:
             return [], Outcome(
-                ErrorCode.invalid_partitions, f"Topic already has {current} partitions."
+                ErrorCode.invalid_partitions, f"Topic already has {current} partition(s)."
             )
         brokers = [b.broker_id for b in self.image.live_brokers]
         factor = len(topic.partitions[0].replicas)
