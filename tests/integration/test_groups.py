@@ -93,7 +93,7 @@ def test_commit_and_resume_after_consumer_restart(node: RunningNode) -> None:
     consumer.subscribe(["resume"])
     got = _poll_until([consumer], lambda g: len(g) >= 10)
     first_batch = got[:10]
-    last = {}
+    last: dict[int, int] = {}
     for message in first_batch:
         last[message.partition()] = max(last.get(message.partition(), -1), message.offset())
     consumer.commit(

@@ -16,6 +16,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from broker.protocol import (
+    SUPPORTED,
     ApiKey,
     ErrorCode,
     FrameReader,
@@ -110,7 +111,20 @@ def test_only_apis_with_handlers_are_advertised(node: RunningNode) -> None:
         response = _api_versions(sock, 3)
     assert response.error_code == ErrorCode.none
     advertised = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
-    assert advertised == {ApiKey.API_VERSIONS: (0, 4), ApiKey.METADATA: (0, 12)}
+    served = {
+        ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.METADATA,
+        ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.FIND_COORDINATOR,
+        ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP,
+        ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS, ApiKey.API_VERSIONS,
+        ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.DELETE_RECORDS,
+        ApiKey.INIT_PRODUCER_ID, ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS,
+        ApiKey.DESCRIBE_LOG_DIRS, ApiKey.CREATE_PARTITIONS, ApiKey.DELETE_GROUPS,
+        ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.OFFSET_DELETE, ApiKey.DESCRIBE_CLUSTER,
+    }  # fmt: skip
+    assert set(advertised) == served  # nothing without a handler (SASL, Raft, transactions)
+    assert advertised == {key: (SUPPORTED[key].min, SUPPORTED[key].max) for key in served}
+    assert advertised[ApiKey.PRODUCE] == (0, 9)
+    assert advertised[ApiKey.FETCH] == (4, 12)
 
 
 def test_api_versions_at_a_future_version_is_answered_so_the_client_can_retry(
