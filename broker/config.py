@@ -19,6 +19,9 @@ from broker.storage.config import InvalidConfig, LogConfig
 __all__ = ["BrokerConfig", "InvalidConfig", "Listener", "parse_properties"]
 
 _LISTENER = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<host>\[[^\]]*\]|[^:]*):(?P<port>\d+)$")
+_HTTP_LISTENER = re.compile(
+    r"^http://(?P<host>\[[^\]]*\]|[^:/\[\]]*):(?P<port>\d+)/?$", re.IGNORECASE
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +104,19 @@ def _listeners(key: str, raw: str) -> tuple[Listener, ...]:
     return tuple(listeners)
 
 
+def _http_listener(key: str, raw: str) -> tuple[str, int] | None:
+    value = raw.strip()
+    if not value:
+        return None
+    match = _HTTP_LISTENER.match(value)
+    if match is None:
+        raise InvalidConfig(key, raw, "must be http://host:port, or empty for no endpoint")
+    port = int(match["port"])
+    if port > 65535:
+        raise InvalidConfig(key, raw, f"port {port} is out of range")
+    return match["host"].strip("[]"), port
+
+
 def _protocol_map(key: str, raw: str) -> dict[str, str]:
     mapping = {}
     for entry in _list(key, raw):
@@ -168,6 +184,13 @@ class BrokerConfig:
     offset_metadata_max_bytes: int = 4_096
     producer_id_expiration_ms: int = 86_400_000
     """`producer.id.expiration.ms`: an idle producer's state is dropped after this."""
+    metrics_listener: tuple[str, int] | None = None
+    """`gregor.metrics.listener` (Gregor's own name, so it cannot clash with Kafka's): host and
+    port of the Prometheus endpoint, written `http://0.0.0.0:9404` (the port Strimzi reserves
+    for metrics; an empty host binds every interface). Off by default: Kafka opens no such
+    port, so a ported `server.properties` must not expose topic names on an unauthenticated
+    socket, and several nodes on one host would clash on a fixed port; the operator turns it
+    on, as Strimzi's `metricsConfig` does."""
     log: LogConfig = field(default_factory=LogConfig)
     """Topic defaults from the broker-level `log.*` names."""
     extra: dict[str, str] = field(default_factory=dict)
@@ -286,6 +309,7 @@ _BROKER: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", _int(1)),
     "offset.metadata.max.bytes": ("offset_metadata_max_bytes", _int(0)),
     "producer.id.expiration.ms": ("producer_id_expiration_ms", _int(1)),
+    "gregor.metrics.listener": ("metrics_listener", _http_listener),
 }
 
 # Broker-level names that set a topic default, and the topic name they set.

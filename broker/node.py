@@ -22,6 +22,7 @@ from broker.handlers import NodeState, build_dispatcher
 from broker.handlers.context import OFFSETS_TOPIC, Endpoint, wall_clock_ms
 from broker.kraft import MetadataService
 from broker.metadata import PartitionChanged
+from broker.metrics import BrokerMetrics, MetricsEndpoint
 from broker.replica import ReplicaManager
 from broker.server import BoundListener, BrokerServer
 from broker.storage import Log, LogManager, StorageError
@@ -96,6 +97,8 @@ class Node:
         self.state: NodeState | None = None
         self.groups: GroupService | None = None
         self.replicas: ReplicaManager | None = None
+        self.metrics: BrokerMetrics | None = None
+        self._metrics_endpoint: MetricsEndpoint | None = None
         self._housekeeping: asyncio.Task[None] | None = None
 
     async def start(self) -> list[BoundListener]:
@@ -129,7 +132,12 @@ class Node:
         self.state = NodeState(
             self.config, self.cluster_id, metadata, replicas, groups, clock=self.clock
         )
-        self.server = BrokerServer(self.config, build_dispatcher(self.state))
+        dispatcher = build_dispatcher(self.state)
+        if self.config.metrics_listener is not None:
+            await self._serve_metrics(replicas, *self.config.metrics_listener)
+            assert self.metrics is not None
+            dispatcher.observer = self.metrics.request_done
+        self.server = BrokerServer(self.config, dispatcher)
         bound = await self.server.start()
         by_name = {b.name: b for b in bound}
         for listener in self.config.advertised:
@@ -141,6 +149,24 @@ class Node:
         )
         self._housekeeping = asyncio.get_running_loop().create_task(self._housekeep())
         return bound
+
+    async def _serve_metrics(self, replicas: ReplicaManager, host: str, port: int) -> None:
+        """Start the Prometheus endpoint before the Kafka listeners, so a port that is taken
+        stops the node before any client is served."""
+        roles = self.config.process_roles
+        # One node, one voter: a node with the controller role is the active controller.
+        metrics = self.metrics = BrokerMetrics(
+            replicas, active_controller=lambda: "controller" in roles
+        )
+        replicas.on_append = metrics.appended
+        self._metrics_endpoint = MetricsEndpoint(metrics.registry, host, port)
+        try:
+            bound = await self._metrics_endpoint.start()
+        except OSError as exc:
+            raise NodeError(
+                f"gregor.metrics.listener=http://{host}:{port}: cannot listen: {exc}"
+            ) from None
+        log.info("serving Prometheus metrics on http://%s:%d/metrics", host or "0.0.0.0", bound)
 
     def _offsets_log(self, partition: int) -> Log | None:
         assert self.replicas is not None
@@ -174,6 +200,8 @@ class Node:
         if self._housekeeping is not None:
             self._housekeeping.cancel()
             await asyncio.gather(self._housekeeping, return_exceptions=True)
+        if self._metrics_endpoint is not None:
+            await self._metrics_endpoint.stop()
         if self.server is not None:
             await self.server.stop()
         if self.groups is not None:

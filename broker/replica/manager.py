@@ -4,6 +4,9 @@ It follows the metadata image (a partition assigned to this node gets a log; a d
 loses its logs; changed configs reach the logs) and maps storage errors to Kafka error codes.
 The high watermark is the offset every in-sync replica has; with this node the only replica,
 as on a single node, it is the log end offset. Consumers never read past it.
+
+`on_append`, when set (the metrics), hears of every produce append once it is decided: the topic,
+the result and the size of the record batches in bytes — once per partition, never per record.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ __all__ = [
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
     "MAX_TIMESTAMP",
+    "AppendObserver",
     "AppendResult",
     "FetchResult",
     "OffsetResult",
@@ -80,6 +84,10 @@ class AppendResult:
     message: str | None = None
 
 
+AppendObserver = Callable[[str, AppendResult, int], None]
+"""Told of each produce append: topic, result, and the record batches' size in bytes."""
+
+
 @dataclass(slots=True)
 class FetchResult:
     error: ErrorCode
@@ -112,6 +120,7 @@ class ReplicaManager:
         self._clock = clock
         self.partitions: dict[TopicPartition, Partition] = {}
         self._waiters: dict[TopicPartition, set[asyncio.Future[None]]] = {}
+        self.on_append: AppendObserver | None = None
 
     # -- following the metadata -------------------------------------------------------------
 
@@ -174,6 +183,12 @@ class ReplicaManager:
     # -- produce ----------------------------------------------------------------------------
 
     def append(self, topic: str, index: int, records: bytes, acks: int) -> AppendResult:
+        result = self._append(topic, index, records, acks)
+        if self.on_append is not None:
+            self.on_append(topic, result, len(records))
+        return result
+
+    def _append(self, topic: str, index: int, records: bytes, acks: int) -> AppendResult:
         found = self.get(topic, index)
         if isinstance(found, ErrorCode):
             return AppendResult(found)

@@ -5,11 +5,15 @@ it should not have sent) closes its connection — except ApiVersions at an unkn
 which is answered (KIP-511); a handler that raises is our bug, logged once with the request
 that caused it, and answered with UNKNOWN_SERVER_ERROR where the API has an error response,
 else the connection closes. Either way every other connection keeps being served.
+
+An `observer` (the metrics) sees every decoded request once it is answered: the request, the
+response body (None when nothing is sent) and the nanoseconds from decode to encoded response.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +31,7 @@ from broker.protocol import (
     unsupported_version_answer,
 )
 
-__all__ = ["CloseConnection", "Dispatcher", "Handler", "RequestContext"]
+__all__ = ["CloseConnection", "Dispatcher", "Handler", "RequestContext", "RequestObserver"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +49,8 @@ Handler = Callable[[RequestContext, Any], Awaitable[ResponseBody | None]]
 """An API's handler: the decoded body in, the response body out (None: send nothing, as for
 Produce with acks=0)."""
 ErrorResponder = Callable[[RequestBody, ErrorCode], ResponseBody]
+RequestObserver = Callable[[Request, ResponseBody | None, int], None]
+"""Called once per decoded request: the request, its response body, nanoseconds it took."""
 
 
 class CloseConnection(Exception):
@@ -59,6 +65,7 @@ class Dispatcher:
     ) -> None:
         self._handlers = dict(handlers)
         self._error_responders = dict(error_responders or {})
+        self.observer: RequestObserver | None = None
 
     def register(
         self,
@@ -92,25 +99,27 @@ class Dispatcher:
                 f"no handler for API key {request.header.api_key}: it is not advertised"
             )
         context = RequestContext(request.header, listener, client_address)
+        started = time.perf_counter_ns()
+        body: ResponseBody | None = None
         try:
-            body = await handler(context, request.body)
-        except Exception:
-            log.exception(
-                "handler failed for %s v%d from %s (client %r)",
-                type(request.body).__name__,
-                request.header.api_version,
-                client_address,
-                request.header.client_id,
-            )
-            return self._error_frame(request)
-        if body is None:
-            return None
-        return encode_response(request.header, body)
+            try:
+                body = await handler(context, request.body)
+            except Exception:
+                log.exception(
+                    "handler failed for %s v%d from %s (client %r)",
+                    type(request.body).__name__,
+                    request.header.api_version,
+                    client_address,
+                    request.header.client_id,
+                )
+                body = self._error_body(request)
+            return None if body is None else encode_response(request.header, body)
+        finally:
+            if self.observer is not None:
+                self.observer(request, body, time.perf_counter_ns() - started)
 
-    def _error_frame(self, request: Request) -> bytes:
+    def _error_body(self, request: Request) -> ResponseBody:
         responder = self._error_responders.get(request.header.api_key)
         if responder is None:
             raise CloseConnection("handler failed and the API has no error response")
-        return encode_response(
-            request.header, responder(request.body, ErrorCode.unknown_server_error)
-        )
+        return responder(request.body, ErrorCode.unknown_server_error)

@@ -1,0 +1,263 @@
+"""The Prometheus endpoint of a real `gregor broker`, scraped over HTTP while confluent-kafka
+produces and consumes: counters move by what the clients sent, gauges match the topics, and a
+bad `gregor.metrics.listener` stops the node naming the key."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.integration.nodes import RunningNode, free_port, run_node
+
+KEY = "gregor.metrics.listener"
+QUIET = {"log_level": 0}
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+@dataclass
+class MeteredNode:
+    node: RunningNode
+    metrics_url: str
+    log_dir: Path
+
+    @property
+    def bootstrap(self) -> str:
+        return self.node.bootstrap
+
+    def scrape(self, accept: str | None = None) -> str:
+        request = urllib.request.Request(self.metrics_url, headers={"Accept": accept or "*/*"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.status == 200
+            body: bytes = response.read()
+        return body.decode()
+
+    def samples(self) -> Samples:
+        return {
+            (sample.name, frozenset(sample.labels.items())): sample.value
+            for family in text_string_to_metric_families(self.scrape())
+            for sample in family.samples
+        }
+
+    def disk_bytes(self, topic: str, partition: int) -> int:
+        """What the partition's segment files hold: the record batches as producers sent them."""
+        return sum(p.stat().st_size for p in (self.log_dir / f"{topic}-{partition}").glob("*.log"))
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+@pytest.fixture(scope="module")
+def metered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MeteredNode]:
+    tmp = tmp_path_factory.mktemp("metrics")
+    port = free_port()
+    extra = {KEY: f"http://127.0.0.1:{port}", "auto.create.topics.enable": "false"}
+    with run_node(tmp, extra) as node:
+        yield MeteredNode(node, f"http://127.0.0.1:{port}/metrics", tmp / "logs")
+
+
+def _create(bootstrap: str, name: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    futures = admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=10)
+    futures[name].result(timeout=10)
+
+
+def _produce(bootstrap: str, topic: str, count: int) -> None:
+    delivered: list[KafkaError | None] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", **QUIET})
+    for i in range(count):
+        producer.produce(
+            topic,
+            key=f"key-{i % 11}".encode(),
+            value=f"value-{i}".encode() * 10,
+            on_delivery=lambda error, _message: delivered.append(error),
+        )
+    assert producer.flush(15) == 0
+    assert delivered == [None] * count
+
+
+def _consume(bootstrap: str, topic: str, partitions: int, expected: int) -> list[Message]:
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"metered-{uuid.uuid4()}", **QUIET}
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got: list[Message] = []
+    deadline = time.monotonic() + 20
+    try:
+        while len(got) < expected and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None:
+                assert message.error() is None, message.error()
+                got.append(message)
+    finally:
+        consumer.close()
+    return got
+
+
+def test_byte_and_message_counters_move_by_what_the_clients_sent(metered: MeteredNode) -> None:
+    topic, partitions, count = "metered", 3, 120
+    before = metered.samples()
+    _create(metered.bootstrap, topic, partitions)
+    _produce(metered.bootstrap, topic, count)
+    produced = metered.samples()
+    sizes = [metered.disk_bytes(topic, p) for p in range(partitions)]
+    sent = sum(sizes)
+    assert sent > count * 60  # the values alone are 60+ bytes each
+
+    def moved(now: Samples, name: str, **labels: str) -> float:
+        return value(now, name, **labels) - value(before, name, **labels)
+
+    bytes_in = "kafka_server_brokertopicmetrics_bytesin_total"
+    messages_in = "kafka_server_brokertopicmetrics_messagesin_total"
+    assert moved(produced, bytes_in, topic=topic) == sent
+    assert moved(produced, bytes_in) == sent
+    assert moved(produced, messages_in, topic=topic) == count
+    assert moved(produced, messages_in) == count
+    appends = moved(produced, "kafka_server_brokertopicmetrics_totalproducerequests_total")
+    assert 3 <= appends < count  # once per partition per request, never per record
+    assert moved(produced, "kafka_server_brokertopicmetrics_failedproducerequests_total") == 0
+    for partition, size in enumerate(sizes):
+        assert value(produced, "kafka_log_log_size", topic=topic, partition=str(partition)) == size
+
+    assert len(_consume(metered.bootstrap, topic, partitions, count)) == count
+    consumed = metered.samples()
+    bytes_out = "kafka_server_brokertopicmetrics_bytesout_total"
+    assert moved(consumed, bytes_out, topic=topic) == sent
+    assert moved(consumed, bytes_out) == sent
+    assert moved(consumed, "kafka_server_brokertopicmetrics_totalfetchrequests_total") >= 3
+    assert moved(consumed, "kafka_server_brokertopicmetrics_failedfetchrequests_total") == 0
+
+
+def test_requests_are_counted_and_timed_per_api(metered: MeteredNode) -> None:
+    _create(metered.bootstrap, "timed", 1)
+    _produce(metered.bootstrap, "timed", 5)
+    samples = metered.samples()
+    requests: dict[str, float] = {}
+    for (name, labels), count in samples.items():
+        if name == "kafka_network_requestmetrics_requests_total":
+            label = dict(labels)
+            assert label["version"].isdigit()
+            requests[label["request"]] = requests.get(label["request"], 0) + count
+    assert {"ApiVersions", "Metadata", "CreateTopics", "Produce"} <= requests.keys()
+    histogram = "kafka_network_requestmetrics_totaltimems"
+    for api, count in requests.items():
+        assert value(samples, f"{histogram}_count", request=api) == count
+        assert value(samples, f"{histogram}_sum", request=api) > 0
+        buckets = sorted(
+            (float(dict(labels)["le"]), n)
+            for (name, labels), n in samples.items()
+            if name == f"{histogram}_bucket" and dict(labels)["request"] == api
+        )
+        assert buckets[-1] == (float("inf"), count)
+        assert [n for _, n in buckets] == sorted(n for _, n in buckets)
+
+
+def test_error_codes_in_responses_are_counted_per_api(metered: MeteredNode) -> None:
+    errors = "kafka_network_requestmetrics_errors_total"
+    before = metered.samples()
+    _create(metered.bootstrap, "twice", 1)
+    with pytest.raises(Exception, match="already exists"):
+        _create(metered.bootstrap, "twice", 1)
+    admin = AdminClient({"bootstrap.servers": metered.bootstrap, **QUIET})
+    missing = admin.list_topics(topic="no-such-topic", timeout=10).topics["no-such-topic"]
+    assert missing.error is not None
+    after = metered.samples()
+
+    def moved(**labels: str) -> float:
+        return value(after, errors, **labels) - value(before, errors, **labels)
+
+    assert moved(request="CreateTopics", error="TOPIC_ALREADY_EXISTS") == 1
+    assert moved(request="CreateTopics", error="NONE") == 1
+    assert moved(request="Metadata", error="UNKNOWN_TOPIC_OR_PARTITION") >= 1
+
+
+def test_partition_leader_and_log_gauges_match_the_topics(metered: MeteredNode) -> None:
+    _create(metered.bootstrap, "gauged-a", 4)
+    _create(metered.bootstrap, "gauged-b", 2)
+    _produce(metered.bootstrap, "gauged-a", 10)
+    listed = AdminClient({"bootstrap.servers": metered.bootstrap, **QUIET}).list_topics(timeout=10)
+    expected = {(name, p) for name, t in listed.topics.items() for p in t.partitions}
+    assert {("gauged-a", 3), ("gauged-b", 1)} <= expected
+    samples = metered.samples()
+    assert value(samples, "kafka_server_replicamanager_partitioncount") == len(expected)
+    assert value(samples, "kafka_server_replicamanager_leadercount") == len(expected)
+    assert value(samples, "kafka_server_replicamanager_underreplicatedpartitions") == 0
+    assert value(samples, "kafka_controller_kafkacontroller_activecontrollercount") == 1
+    assert value(samples, "kafka_controller_kafkacontroller_globaltopiccount") == len(listed.topics)
+    assert value(samples, "kafka_controller_kafkacontroller_globalpartitioncount") == len(expected)
+    sizes = {
+        (dict(labels)["topic"], int(dict(labels)["partition"])): size
+        for (name, labels), size in samples.items()
+        if name == "kafka_log_log_size"
+    }
+    assert sizes.keys() == expected
+    for (topic, partition), size in sizes.items():
+        assert size == metered.disk_bytes(topic, partition), (topic, partition)
+    assert sum(sizes[("gauged-a", p)] for p in range(4)) > 0
+    assert all(sizes[("gauged-b", p)] == 0 for p in range(2))
+
+
+def test_openmetrics_scrapes_parse(metered: MeteredNode) -> None:
+    """Prometheus asks for OpenMetrics first; what it gets must parse as such."""
+    text = metered.scrape("application/openmetrics-text; version=1.0.0,text/plain;q=0.5")
+    assert text.endswith("# EOF\n")
+    names = {family.name for family in openmetrics_families(text)}  # type: ignore[no-untyped-call]
+    assert {
+        "kafka_server_brokertopicmetrics_bytesin",
+        "kafka_network_requestmetrics_totaltimems",
+        "kafka_log_log_size",
+    } <= names
+
+
+def _refused(tmp: Path, listener: str) -> str:
+    """Start `gregor broker` with `listener`; it must exit 1. Returns what it said."""
+    config = tmp / "server.properties"
+    config.write_text(
+        f"listeners=PLAINTEXT://localhost:{free_port()}\nlog.dirs={tmp / 'logs'}\n"
+        f"{KEY}={listener}\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "broker.cli", "broker", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 1, result.stderr
+    return result.stderr
+
+
+@pytest.mark.parametrize(
+    "listener", ["tcp://0.0.0.0:9404", "http://0.0.0.0", "http://0.0.0.0:99999", "9404"]
+)
+def test_a_bad_metrics_listener_stops_the_node_naming_the_key(
+    tmp_path: Path, listener: str
+) -> None:
+    assert KEY in _refused(tmp_path, listener)
+
+
+def test_a_taken_metrics_port_stops_the_node_naming_the_key(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        said = _refused(tmp_path, f"http://127.0.0.1:{port}")
+    assert KEY in said
+    assert "cannot listen" in said
