@@ -46,9 +46,7 @@ def test_kafka_python_admin_and_timestamps(node: RunningNode) -> None:
 
     admin = KafkaAdminClient(bootstrap_servers=node.bootstrap, request_timeout_ms=10_000)
     try:
-        admin.create_topics(
-            [NewTopic("kp-admin", 2, 1, topic_configs={"retention.ms": "3600000"})]
-        )
+        admin.create_topics([NewTopic("kp-admin", 2, 1, topic_configs={"retention.ms": "3600000"})])
         with pytest.raises(TopicAlreadyExistsError):
             admin.create_topics([NewTopic("kp-admin", 2, 1)])
         assert "kp-admin" in admin.list_topics()
