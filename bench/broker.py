@@ -48,7 +48,14 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from broker.protocol import ApiKey
-from tests.support.brokers import BROKERS, BrokerKind, RunningBroker, require_apis, run_broker
+from tests.support.brokers import (
+    BROKERS,
+    GROUP_CONSUMER_APIS,
+    BrokerKind,
+    RunningBroker,
+    require_apis,
+    run_broker,
+)
 from tests.support.kafka_dist import KAFKA_VERSION, KafkaTools, fetch
 
 RECORD_BYTES = 1024
@@ -62,15 +69,7 @@ NEEDED = (
     ApiKey.CREATE_TOPICS,
     ApiKey.PRODUCE,
     ApiKey.INIT_PRODUCER_ID,
-    ApiKey.FETCH,
-    ApiKey.LIST_OFFSETS,
-    ApiKey.FIND_COORDINATOR,
-    ApiKey.JOIN_GROUP,
-    ApiKey.SYNC_GROUP,
-    ApiKey.HEARTBEAT,
-    ApiKey.LEAVE_GROUP,
-    ApiKey.OFFSET_COMMIT,
-    ApiKey.OFFSET_FETCH,
+    *GROUP_CONSUMER_APIS,
 )
 TOOL_TIMEOUT = 600.0
 _STEADY = re.compile(

@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from broker.config import BrokerConfig
 from broker.metadata import MetadataImage, MetadataLog, MetadataRecord, QuorumController
-from broker.metadata.configs import log_config, resolve_topic_configs
+from broker.metadata.configs import ResolvedConfig, log_config, resolve_topic_configs
 from broker.metadata.image import BROKER_RESOURCE, Change
 from broker.metadata.records import (
     BrokerEndpoint,
@@ -116,16 +116,30 @@ class MetadataService:
         async with self._lock:
             self.commit(records)
 
+    @property
+    def broker_dynamic_configs(self) -> dict[str, str]:
+        """Settings kafka-configs set for this broker (`--entity-name <node.id>`)."""
+        return self.image.configs.get((BROKER_RESOURCE, str(self.config.node_id)), {})
+
+    @property
+    def cluster_dynamic_configs(self) -> dict[str, str]:
+        """Settings kafka-configs set for every broker (`--entity-default`)."""
+        return self.image.configs.get((BROKER_RESOURCE, ""), {})
+
+    def resolved_topic_configs(self, overrides: Mapping[str, str]) -> list[ResolvedConfig]:
+        """Every topic setting for a topic with `overrides`, with its effective value and
+        source: the one place the topic → dynamic broker → static broker → default chain is
+        assembled."""
+        return resolve_topic_configs(
+            overrides,
+            self.config.properties,
+            self.broker_dynamic_configs,
+            self.cluster_dynamic_configs,
+        )
+
     def topic_log_config(self, topic: str) -> LogConfig:
         """The storage settings of `topic`: its own, over dynamic and static broker ones."""
-        return log_config(
-            resolve_topic_configs(
-                self.image.topic_config(topic),
-                self.config.properties,
-                self.image.configs.get((BROKER_RESOURCE, str(self.config.node_id)), {}),
-                self.image.configs.get((BROKER_RESOURCE, ""), {}),
-            )
-        )
+        return log_config(self.resolved_topic_configs(self.image.topic_config(topic)))
 
     def close(self) -> None:
         self.log.close(self._clock())

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 from broker.protocol import ApiKey, ErrorCode, ResponseBody, advertised, build, response_module
 from broker.server import RequestContext
 
-__all__ = ["Handler"]
+from .context import NO_THROTTLE
 
-_ZERO = timedelta(0)
+__all__ = ["Handler"]
 
 
 class Handler:
@@ -29,6 +28,6 @@ class Handler:
             schema.ApiVersionsResponse,
             error_code=ErrorCode.none,
             api_keys=entries,
-            throttle_time=_ZERO,
+            throttle_time=NO_THROTTLE,
         )
         return response

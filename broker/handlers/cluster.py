@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import os
-from datetime import timedelta
 from typing import Any
 
 from broker.protocol import ApiKey, ErrorCode, ResponseBody, build, response_module
 from broker.server import RequestContext
 
-from .context import NodeState
+from .context import NO_THROTTLE, NodeState
 from .metadata import AUTHORIZED_OPERATIONS_OMITTED, live_brokers
 
 __all__ = ["DeleteRecords", "DescribeCluster", "DescribeLogDirs"]
-
-_ZERO = timedelta(0)
 
 
 class DescribeCluster:
@@ -27,7 +24,7 @@ class DescribeCluster:
         if endpoint_type != 1:
             response: ResponseBody = build(
                 schema.DescribeClusterResponse,
-                throttle_time=_ZERO,
+                throttle_time=NO_THROTTLE,
                 error_code=ErrorCode.unsupported_endpoint_type,
                 error_message="Only brokers are described (endpoint type 1)",
                 endpoint_type=endpoint_type,
@@ -43,7 +40,7 @@ class DescribeCluster:
         )
         response = build(
             schema.DescribeClusterResponse,
-            throttle_time=_ZERO,
+            throttle_time=NO_THROTTLE,
             error_code=ErrorCode.none,
             error_message=None,
             endpoint_type=1,
@@ -108,7 +105,7 @@ class DescribeLogDirs:
             )
         response: ResponseBody = build(
             schema.DescribeLogDirsResponse,
-            throttle_time=_ZERO,
+            throttle_time=NO_THROTTLE,
             error_code=ErrorCode.none,
             results=tuple(results),
         )
@@ -142,6 +139,6 @@ class DeleteRecords:
                 )
             )
         response: ResponseBody = build(
-            schema.DeleteRecordsResponse, throttle_time=_ZERO, topics=tuple(topics)
+            schema.DeleteRecordsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics)
         )
         return response

@@ -9,20 +9,18 @@ reach the partition logs once committed.
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from broker.metadata import ConfigOp, ConfigSource, ConfigType, QuorumController
-from broker.metadata.configs import TOPIC_CONFIGS, resolve_topic_configs
+from broker.metadata.configs import TOPIC_CONFIGS
 from broker.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
 from broker.protocol import ApiKey, ErrorCode, ResponseBody, build, response_module
 from broker.server import RequestContext
 
-from .context import NodeState
+from .context import NO_THROTTLE, NodeState
 
 __all__ = ["AlterConfigs", "DescribeConfigs", "IncrementalAlterConfigs"]
 
-_ZERO = timedelta(0)
 _SENSITIVE_MARKERS = ("password", "secret", "sasl.jaas.config")
 
 
@@ -76,15 +74,13 @@ class DescribeConfigs:
                 )
             )
         response: ResponseBody = build(
-            schema.DescribeConfigsResponse, throttle_time=_ZERO, results=tuple(results)
+            schema.DescribeConfigsResponse, throttle_time=NO_THROTTLE, results=tuple(results)
         )
         return response
 
     def _entries(self, resource_type: int, name: str) -> tuple[ErrorCode, str | None, list[Any]]:
         state = self._state
         image = state.metadata.image
-        broker_dynamic = image.configs.get((BROKER_RESOURCE, str(state.node_id)), {})
-        cluster_dynamic = image.configs.get((BROKER_RESOURCE, ""), {})
         if resource_type == TOPIC_RESOURCE:
             if name not in image.topics:
                 return (
@@ -92,12 +88,7 @@ class DescribeConfigs:
                     f"Topic {name} does not exist",
                     [],
                 )
-            resolved = resolve_topic_configs(
-                image.topic_config(name),
-                state.config.properties,
-                broker_dynamic,
-                cluster_dynamic,
-            )
+            resolved = state.metadata.resolved_topic_configs(image.topic_config(name))
             return (
                 ErrorCode.none,
                 None,
@@ -117,7 +108,13 @@ class DescribeConfigs:
         if resource_type == BROKER_RESOURCE:
             if name and name != str(state.node_id):
                 return ErrorCode.invalid_request, f"Unexpected broker id {name}", []
-            return ErrorCode.none, None, self._broker_entries(broker_dynamic, cluster_dynamic)
+            return (
+                ErrorCode.none,
+                None,
+                self._broker_entries(
+                    state.metadata.broker_dynamic_configs, state.metadata.cluster_dynamic_configs
+                ),
+            )
         return ErrorCode.invalid_request, f"Unsupported resource type {resource_type}", []
 
     def _broker_entries(
@@ -202,7 +199,7 @@ class _Alter:
             else schema.AlterConfigsResponse
         )
         response: ResponseBody = build(
-            response_type, throttle_time=_ZERO, responses=tuple(responses)
+            response_type, throttle_time=NO_THROTTLE, responses=tuple(responses)
         )
         return response
 

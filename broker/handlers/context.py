@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from broker.config import BrokerConfig
 from broker.groups.service import GroupService
@@ -14,7 +15,10 @@ from broker.metadata import TopicRequest
 from broker.protocol.errors import ErrorCode
 from broker.replica import ReplicaManager
 
-__all__ = ["OFFSETS_TOPIC", "Endpoint", "NodeState", "wall_clock_ms"]
+__all__ = ["NO_THROTTLE", "OFFSETS_TOPIC", "Endpoint", "NodeState", "wall_clock_ms"]
+
+NO_THROTTLE = timedelta(0)
+"""`throttle_time_ms` of every response: quotas are not enforced yet."""
 
 OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_TOPIC_SEGMENT_BYTES = 104_857_600

@@ -11,17 +11,14 @@ clients to send full fetch requests.
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 from typing import Any
 
 from broker.protocol import ApiKey, ErrorCode, ResponseBody, build, response_module
 from broker.server import RequestContext
 
-from .context import NodeState
+from .context import NO_THROTTLE, NodeState
 
 __all__ = ["Handler"]
-
-_ZERO = timedelta(0)
 
 
 class Handler:
@@ -42,7 +39,7 @@ class Handler:
             await self._replicas.wait_for_append(keys, remaining)
         response: ResponseBody = build(
             schema.FetchResponse,
-            throttle_time=_ZERO,
+            throttle_time=NO_THROTTLE,
             error_code=ErrorCode.none,
             session_id=0,
             responses=tuple(topics),

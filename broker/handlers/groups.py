@@ -38,10 +38,11 @@ from broker.protocol import ApiKey, ErrorCode, RequestBody, ResponseBody, build,
 from broker.server import Handler, RequestContext
 from broker.server.dispatcher import ErrorResponder
 
+from .context import NO_THROTTLE
+
 __all__ = ["GroupNodeInfo", "register"]
 
 E = ErrorCode
-_ZERO = timedelta(0)
 _GROUP_KEY, _TRANSACTION_KEY = 0, 1
 _GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 """READ, DELETE and DESCRIBE: the ACL operations on a group, all allowed without an
@@ -123,12 +124,12 @@ def _find_coordinator_response(
             for key in keys
         )
         response: ResponseBody = build(
-            schema.FindCoordinatorResponse, throttle_time=_ZERO, coordinators=coordinators
+            schema.FindCoordinatorResponse, throttle_time=NO_THROTTLE, coordinators=coordinators
         )
         return response
     response = build(
         schema.FindCoordinatorResponse,
-        throttle_time=_ZERO,
+        throttle_time=NO_THROTTLE,
         error_code=error,
         error_message=message,
         node_id=node_id,
@@ -189,7 +190,7 @@ def _join_response(version: int, result: JoinResult) -> ResponseBody:
         protocol_name = ""  # nullable only from v7
     response: ResponseBody = build(
         schema.JoinGroupResponse,
-        throttle_time=_ZERO,
+        throttle_time=NO_THROTTLE,
         error_code=result.error,
         generation_id=result.generation_id,
         protocol_type=result.protocol_type,
@@ -229,7 +230,7 @@ def _sync_response(version: int, result: SyncResult) -> ResponseBody:
     schema = response_module(ApiKey.SYNC_GROUP, version)
     response: ResponseBody = build(
         schema.SyncGroupResponse,
-        throttle_time=_ZERO,
+        throttle_time=NO_THROTTLE,
         error_code=result.error,
         protocol_type=result.protocol_type,
         protocol_name=result.protocol_name,
@@ -260,7 +261,9 @@ class Heartbeat:
 
 def _heartbeat_response(version: int, error: ErrorCode) -> ResponseBody:
     schema = response_module(ApiKey.HEARTBEAT, version)
-    response: ResponseBody = build(schema.HeartbeatResponse, throttle_time=_ZERO, error_code=error)
+    response: ResponseBody = build(
+        schema.HeartbeatResponse, throttle_time=NO_THROTTLE, error_code=error
+    )
     return response
 
 
@@ -288,7 +291,7 @@ def _leave_response(version: int, result: LeaveResult) -> ResponseBody:
     schema = response_module(ApiKey.LEAVE_GROUP, version)
     if version < 3:
         response: ResponseBody = build(
-            schema.LeaveGroupResponse, throttle_time=_ZERO, error_code=result.first_error
+            schema.LeaveGroupResponse, throttle_time=NO_THROTTLE, error_code=result.first_error
         )
         return response
     members = tuple(
@@ -301,7 +304,10 @@ def _leave_response(version: int, result: LeaveResult) -> ResponseBody:
         for member_id, instance_id, error in result.members
     )
     response = build(
-        schema.LeaveGroupResponse, throttle_time=_ZERO, error_code=result.error, members=members
+        schema.LeaveGroupResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=result.error,
+        members=members,
     )
     return response
 
@@ -371,7 +377,9 @@ def _commit_response(
         )
         for topic in request.topics
     )
-    response: ResponseBody = build(schema.OffsetCommitResponse, throttle_time=_ZERO, topics=topics)
+    response: ResponseBody = build(
+        schema.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=topics
+    )
     return response
 
 
@@ -439,7 +447,7 @@ def _fetch_response(
             for group_id, result in results
         )
         response: ResponseBody = build(
-            schema.OffsetFetchResponse, throttle_time=_ZERO, groups=groups
+            schema.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=groups
         )
         return response
     ((_, result),) = results
@@ -455,7 +463,7 @@ def _fetch_response(
         )
     response = build(
         schema.OffsetFetchResponse,
-        throttle_time=_ZERO,
+        throttle_time=NO_THROTTLE,
         topics=_fetch_topics(schema, version, result),
         error_code=result.error,
     )
@@ -515,7 +523,10 @@ def _offset_delete_response(
                 build(schema.OffsetDeleteResponseTopic, name=topic.name, partitions=partitions)
             )
     response: ResponseBody = build(
-        schema.OffsetDeleteResponse, error_code=error, throttle_time=_ZERO, topics=tuple(topics)
+        schema.OffsetDeleteResponse,
+        error_code=error,
+        throttle_time=NO_THROTTLE,
+        topics=tuple(topics),
     )
     return response
 
@@ -565,7 +576,7 @@ class DescribeGroups:
             for d in described
         )
         response: ResponseBody = build(
-            schema.DescribeGroupsResponse, throttle_time=_ZERO, groups=groups
+            schema.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=groups
         )
         return response
 
@@ -586,7 +597,7 @@ def _describe_error(request: RequestBody, error: ErrorCode) -> ResponseBody:
         for group_id in body.groups
     )
     response: ResponseBody = build(
-        schema.DescribeGroupsResponse, throttle_time=_ZERO, groups=groups
+        schema.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=groups
     )
     return response
 
@@ -612,7 +623,10 @@ class ListGroups:
             for g in result.groups
         )
         response: ResponseBody = build(
-            schema.ListGroupsResponse, throttle_time=_ZERO, error_code=result.error, groups=groups
+            schema.ListGroupsResponse,
+            throttle_time=NO_THROTTLE,
+            error_code=result.error,
+            groups=groups,
         )
         return response
 
@@ -620,7 +634,7 @@ class ListGroups:
 def _list_error(request: RequestBody, error: ErrorCode) -> ResponseBody:
     schema = response_module(ApiKey.LIST_GROUPS, _version(request))
     response: ResponseBody = build(
-        schema.ListGroupsResponse, throttle_time=_ZERO, error_code=error, groups=()
+        schema.ListGroupsResponse, throttle_time=NO_THROTTLE, error_code=error, groups=()
     )
     return response
 
@@ -638,7 +652,7 @@ def _delete_response(version: int, results: tuple[tuple[str, ErrorCode], ...]) -
     schema = response_module(ApiKey.DELETE_GROUPS, version)
     response: ResponseBody = build(
         schema.DeleteGroupsResponse,
-        throttle_time=_ZERO,
+        throttle_time=NO_THROTTLE,
         results=tuple(
             build(schema.DeletableGroupResult, group_id=group_id, error_code=error)
             for group_id, error in results

@@ -3,17 +3,14 @@ timestamp, per partition; read_committed sees the same as read_uncommitted (no t
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from broker.protocol import ApiKey, ResponseBody, build, response_module
 from broker.server import RequestContext
 
-from .context import NodeState
+from .context import NO_THROTTLE, NodeState
 
 __all__ = ["Handler"]
-
-_ZERO = timedelta(0)
 
 
 class Handler:
@@ -49,6 +46,6 @@ class Handler:
                 )
             )
         response: ResponseBody = build(
-            schema.ListOffsetsResponse, throttle_time=_ZERO, topics=tuple(topics)
+            schema.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics)
         )
         return response

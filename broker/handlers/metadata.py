@@ -8,19 +8,18 @@ when the client allows it and `auto.create.topics.enable` is on, with `num.parti
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from broker.metadata import TopicRequest, TopicState
 from broker.metadata.controller import validate_topic_name
+from broker.metadata.image import is_internal_topic
 from broker.protocol import ApiKey, ErrorCode, RequestBody, ResponseBody, build, response_module
 from broker.server import RequestContext
 
-from .context import NodeState
+from .context import NO_THROTTLE, NodeState
 
 __all__ = ["AUTHORIZED_OPERATIONS_OMITTED", "Handler", "error_response", "live_brokers"]
 
-_ZERO = timedelta(0)
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
@@ -80,7 +79,7 @@ class Handler:
                 )
         response: ResponseBody = build(
             schema.MetadataResponse,
-            throttle_time=_ZERO,
+            throttle_time=NO_THROTTLE,
             brokers=brokers,
             cluster_id=state.cluster_id,
             controller_id=state.node_id,
@@ -100,7 +99,7 @@ class Handler:
             for t in request.topics
             if getattr(t, "name", None)
             and t.name not in image.topics
-            and not t.name.startswith("__")
+            and not is_internal_topic(t.name)
             and validate_topic_name(t.name) is None
         ]
         if missing:
@@ -146,6 +145,6 @@ def error_response(request: RequestBody, error: ErrorCode) -> ResponseBody:
         for topic in body.topics or ()
     )
     response: ResponseBody = build(
-        schema.MetadataResponse, throttle_time=_ZERO, brokers=(), topics=topics
+        schema.MetadataResponse, throttle_time=NO_THROTTLE, brokers=(), topics=topics
     )
     return response

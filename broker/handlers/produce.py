@@ -7,17 +7,14 @@ client notices, as Kafka does. acks=1 and acks=all are answered once the batch i
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from broker.protocol import ApiKey, ErrorCode, ResponseBody, build, response_module
 from broker.server import CloseConnection, RequestContext
 
-from .context import NodeState
+from .context import NO_THROTTLE, NodeState
 
 __all__ = ["Handler"]
-
-_ZERO = timedelta(0)
 
 
 class Handler:
@@ -67,6 +64,6 @@ class Handler:
                 raise CloseConnection(f"acks=0 produce failed: {', '.join(failed)}")
             return None
         response: ResponseBody = build(
-            schema.ProduceResponse, responses=tuple(topics), throttle_time=_ZERO
+            schema.ProduceResponse, responses=tuple(topics), throttle_time=NO_THROTTLE
         )
         return response

@@ -5,18 +5,16 @@ as fatal rather than retrying forever."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from broker.metadata import QuorumController
 from broker.protocol import ApiKey, ErrorCode, ResponseBody, build, response_module
 from broker.server import RequestContext
 
-from .context import NodeState
+from .context import NO_THROTTLE, NodeState
 
 __all__ = ["InitProducerId"]
 
-_ZERO = timedelta(0)
 _MAX_EPOCH = 32767
 
 
@@ -55,7 +53,7 @@ class InitProducerId:
                 producer_id, epoch = await self._new_id(), 0
         response: ResponseBody = build(
             schema.InitProducerIdResponse,
-            throttle_time=_ZERO,
+            throttle_time=NO_THROTTLE,
             error_code=error,
             producer_id=producer_id,
             producer_epoch=epoch,

@@ -4,20 +4,15 @@ nothing."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from broker.metadata import QuorumController, TopicRequest
-from broker.metadata.configs import resolve_topic_configs
-from broker.metadata.image import BROKER_RESOURCE
 from broker.protocol import ApiKey, ResponseBody, build, response_module
 from broker.server import RequestContext
 
-from .context import NodeState
+from .context import NO_THROTTLE, NodeState
 
 __all__ = ["CreatePartitions", "CreateTopics", "DeleteTopics"]
-
-_ZERO = timedelta(0)
 
 
 class CreateTopics:
@@ -73,18 +68,13 @@ class CreateTopics:
                 )
             )
         response: ResponseBody = build(
-            schema.CreateTopicsResponse, throttle_time=_ZERO, topics=tuple(topics)
+            schema.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics)
         )
         return response
 
     def _resolved(self, topic: TopicRequest) -> list[Any]:
-        state = self._state
-        image = state.metadata.image
-        return resolve_topic_configs(
-            {k: v for k, v in topic.configs.items() if v is not None},
-            state.config.properties,
-            image.configs.get((BROKER_RESOURCE, str(state.node_id)), {}),
-            image.configs.get((BROKER_RESOURCE, ""), {}),
+        return self._state.metadata.resolved_topic_configs(
+            {k: v for k, v in topic.configs.items() if v is not None}
         )
 
 
@@ -114,7 +104,7 @@ class DeleteTopics:
             for name, topic_id, outcome in results
         )
         response: ResponseBody = build(
-            schema.DeleteTopicsResponse, throttle_time=_ZERO, responses=responses
+            schema.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=responses
         )
         return response
 
@@ -152,6 +142,6 @@ class CreatePartitions:
                 )
             )
         response: ResponseBody = build(
-            schema.CreatePartitionsResponse, throttle_time=_ZERO, results=tuple(results)
+            schema.CreatePartitionsResponse, throttle_time=NO_THROTTLE, results=tuple(results)
         )
         return response

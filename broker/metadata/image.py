@@ -33,10 +33,17 @@ __all__ = [
     "PartitionState",
     "TopicRemoved",
     "TopicState",
+    "is_internal_topic",
 ]
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
+
+
+def is_internal_topic(name: str) -> bool:
+    """Topics the cluster keeps for itself (`__consumer_offsets`, `__cluster_metadata`):
+    never auto-created by a client's Metadata request, reported with `is_internal`."""
+    return name.startswith("__")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +63,7 @@ class TopicState:
 
     @property
     def internal(self) -> bool:
-        return self.name.startswith("__")
+        return is_internal_topic(self.name)
 
 
 @dataclass(frozen=True, slots=True)

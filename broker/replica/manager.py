@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from broker.metadata import (
+    TOPIC_RESOURCE,
     ConfigChanged,
     MetadataImage,
     PartitionChanged,
@@ -151,7 +152,7 @@ class ReplicaManager:
 
     def _reconfigure(self, change: ConfigChanged) -> None:
         topics: Iterable[str]
-        if change.resource_type == 2:
+        if change.resource_type == TOPIC_RESOURCE:
             topics = (change.resource_name,)
         else:
             topics = {tp[0] for tp in self.partitions}

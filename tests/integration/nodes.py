@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["RunningNode", "free_port", "run_node", "start_node"]
+__all__ = ["RunningNode", "free_port", "refused_start", "run_node", "start_node"]
 
 
 def free_port() -> int:
@@ -31,6 +31,13 @@ class RunningNode:
     @property
     def bootstrap(self) -> str:
         return f"localhost:{self.port}"
+
+    def kill(self) -> None:
+        """SIGKILL: the broker dies mid-flight, as in a crash or an OOM kill."""
+        self.process.kill()
+        self.process.wait(10)
+        if self.process.stdout:
+            self.process.stdout.close()
 
     def stop(self, timeout: float = 20.0) -> int:
         """SIGTERM, as Kubernetes and systemd stop a broker; returns the exit code."""
@@ -82,3 +89,17 @@ def run_node(tmp: Path, extra: dict[str, str] | None = None) -> Iterator[Running
         if node.process.stdout:
             node.process.stdout.close()
         assert code == 0, f"gregor broker exited with {code} on SIGTERM"
+
+
+def refused_start(config: Path) -> str:
+    """Start `gregor broker` with `config`; it must refuse with exit code 1. Returns what it
+    said (stderr), for the test to check that the message names the problem."""
+    result = subprocess.run(
+        [sys.executable, "-m", "broker.cli", "broker", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 1, result.stderr
+    return result.stderr

@@ -5,8 +5,6 @@ acknowledged."""
 from __future__ import annotations
 
 import asyncio
-import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,13 +12,18 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.admin._config import (
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+)
 from confluent_kafka.cimpl import NewPartitions, NewTopic
 
+from tests.integration.clients import QUIET, create_topic, read_all
 from tests.integration.nodes import RunningNode, run_node, start_node
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
-QUIET = {"log_level": 0}
 
 Headers = list[tuple[str, str | bytes | None]]
 Sent = list[tuple[bytes, bytes, Headers]]
@@ -38,39 +41,11 @@ def _admin(bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap, **QUIET})
 
 
-def _create(bootstrap: str, name: str, partitions: int = 3, **configs: str) -> None:
-    admin = _admin(bootstrap)  # must outlive the future
-    futures = admin.create_topics(
-        [NewTopic(name, partitions, 1, config=configs)], operation_timeout=10
-    )
-    futures[name].result(timeout=10)
-
-
 def _records(count: int, tag: str) -> Sent:
     return [
         (f"key-{i % 7}".encode(), f"{tag}-value-{i}".encode() * 20, [("n", f"{i}".encode())])
         for i in range(count)
     ]
-
-
-def _read_all(bootstrap: str, topic: str, partitions: int, expected: int) -> list[Any]:
-    """Every record of `topic` from the start, by assignment (no group)."""
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4()}", **QUIET}
-    )
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    got: list[Any] = []
-    deadline = time.monotonic() + 20
-    try:
-        while len(got) < expected and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            assert message.error() is None, message.error()
-            got.append(message)
-    finally:
-        consumer.close()
-    return got
 
 
 def _check_same(sent: Sent, got: list[Any]) -> None:
@@ -89,7 +64,7 @@ def _check_same(sent: Sent, got: list[Any]) -> None:
 @pytest.mark.parametrize("codec", CODECS)
 def test_confluent_kafka_produce_and_consume(node: RunningNode, codec: str) -> None:
     topic = f"ck-{codec}"
-    _create(node.bootstrap, topic)
+    create_topic(node.bootstrap, topic)
     sent = _records(50, codec)
     producer = Producer(
         {"bootstrap.servers": node.bootstrap, "compression.type": codec, "acks": "all", **QUIET}
@@ -97,7 +72,7 @@ def test_confluent_kafka_produce_and_consume(node: RunningNode, codec: str) -> N
     for key, value, headers in sent:
         producer.produce(topic, value=value, key=key, headers=headers)
     assert producer.flush(15) == 0
-    _check_same(sent, _read_all(node.bootstrap, topic, 3, len(sent)))
+    _check_same(sent, read_all(node.bootstrap, topic, 3, len(sent)))
 
 
 @pytest.mark.parametrize("codec", CODECS)
@@ -108,7 +83,7 @@ def test_kafka_python_produce_and_consume(node: RunningNode, codec: str) -> None
     from kafka import TopicPartition as KpTopicPartition  # noqa: PLC0415
 
     topic = f"kp-{codec}"
-    _create(node.bootstrap, topic)
+    create_topic(node.bootstrap, topic)
     sent = _records(50, codec)
     producer = KafkaProducer(
         bootstrap_servers=node.bootstrap,
@@ -137,7 +112,7 @@ def test_aiokafka_produce_and_consume(node: RunningNode, codec: str) -> None:
     from aiokafka import TopicPartition as AioTopicPartition  # noqa: PLC0415
 
     topic = f"aio-{codec}"
-    _create(node.bootstrap, topic)
+    create_topic(node.bootstrap, topic)
     sent = _records(50, codec)
 
     async def scenario() -> list[Any]:
@@ -177,7 +152,7 @@ def test_aiokafka_produce_and_consume(node: RunningNode, codec: str) -> None:
 
 def test_idempotent_producer_writes_each_record_once(node: RunningNode) -> None:
     topic = "idempotent"
-    _create(node.bootstrap, topic, partitions=2)
+    create_topic(node.bootstrap, topic, partitions=2)
     producer = Producer(
         {
             "bootstrap.servers": node.bootstrap,
@@ -190,11 +165,14 @@ def test_idempotent_producer_writes_each_record_once(node: RunningNode) -> None:
     for key, value, headers in sent:
         producer.produce(topic, value=value, key=key, headers=headers)
     assert producer.flush(15) == 0
-    got = _read_all(node.bootstrap, topic, 2, len(sent))
+    got = read_all(node.bootstrap, topic, 2, len(sent))
     _check_same(sent, got)
     by_partition: dict[int, list[int]] = {}
     for message in got:
-        by_partition.setdefault(message.partition(), []).append(message.offset())
+        partition, offset = message.partition(), message.offset()
+        assert partition is not None
+        assert offset is not None
+        by_partition.setdefault(partition, []).append(offset)
     for offsets in by_partition.values():
         assert sorted(offsets) == list(range(len(offsets)))
 
@@ -204,7 +182,7 @@ def test_idempotent_producer_writes_each_record_once(node: RunningNode) -> None:
 
 def test_seek_by_timestamp(node: RunningNode) -> None:
     topic = "timestamps"
-    _create(node.bootstrap, topic, partitions=1)
+    create_topic(node.bootstrap, topic, partitions=1)
     base = 1_700_000_000_000
     producer = Producer({"bootstrap.servers": node.bootstrap, "linger.ms": 0, **QUIET})
     for i in range(10):
@@ -233,9 +211,9 @@ def test_seek_by_timestamp(node: RunningNode) -> None:
 def test_admin_topics_partitions_configs_and_records(node: RunningNode) -> None:
     admin = _admin(node.bootstrap)
     topic = "admin-topic"
-    _create(node.bootstrap, topic, partitions=2, **{"retention.ms": "3600000"})
+    create_topic(node.bootstrap, topic, partitions=2, **{"retention.ms": "3600000"})
     with pytest.raises(KafkaException) as exists:
-        _create(node.bootstrap, topic)
+        create_topic(node.bootstrap, topic)
     assert exists.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
 
     # validate-only creates nothing
@@ -245,11 +223,10 @@ def test_admin_topics_partitions_configs_and_records(node: RunningNode) -> None:
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
     described = admin.describe_configs([resource])[resource].result(10)
     assert described["retention.ms"].value == "3600000"
-    assert described["retention.ms"].source == ConfigResource.Type.TOPIC.value or (
-        described["retention.ms"].source == 1
-    )
+    assert described["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
     assert described["cleanup.policy"].value == "delete"
     assert described["cleanup.policy"].is_default
+    assert described["cleanup.policy"].source == ConfigSource.DEFAULT_CONFIG.value
 
     alter = ConfigResource(
         ConfigResource.Type.TOPIC,
@@ -354,7 +331,7 @@ def test_describe_cluster_and_log_dirs(node: RunningNode) -> None:
 def test_sigkill_keeps_every_acknowledged_record_and_topic_config(tmp_path: Path) -> None:
     node = start_node(tmp_path)
     try:
-        _create(node.bootstrap, "durable", partitions=2, **{"retention.ms": "123456789"})
+        create_topic(node.bootstrap, "durable", partitions=2, **{"retention.ms": "123456789"})
         producer = Producer(
             {"bootstrap.servers": node.bootstrap, "acks": "all", "linger.ms": 2, **QUIET}
         )
@@ -363,12 +340,9 @@ def test_sigkill_keeps_every_acknowledged_record_and_topic_config(tmp_path: Path
             producer.produce("durable", value=value, key=key, headers=headers)
         assert producer.flush(15) == 0
     finally:
-        node.process.kill()
-        node.process.wait(10)
-        if node.process.stdout:
-            node.process.stdout.close()
+        node.kill()
     with run_node(tmp_path) as restarted:
-        _check_same(sent, _read_all(restarted.bootstrap, "durable", 2, len(sent)))
+        _check_same(sent, read_all(restarted.bootstrap, "durable", 2, len(sent)))
         admin = _admin(restarted.bootstrap)
         resource = ConfigResource(ConfigResource.Type.TOPIC, "durable")
         described = admin.describe_configs([resource])[resource].result(10)
@@ -383,6 +357,6 @@ def test_sigkill_keeps_every_acknowledged_record_and_topic_config(tmp_path: Path
         finally:
             consumer.close()
         on_zero = sum(
-            1 for m in _read_all(restarted.bootstrap, "durable", 2, 301) if not m.partition()
+            1 for m in read_all(restarted.bootstrap, "durable", 2, 301) if not m.partition()
         )
         assert (low, high) == (0, on_zero)

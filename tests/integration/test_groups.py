@@ -13,11 +13,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
 
+from tests.integration.clients import QUIET, create_topic
 from tests.integration.nodes import RunningNode, run_node, start_node
-
-QUIET = {"log_level": 0}
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +25,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningNode]:
 
 
 def _topic(bootstrap: str, name: str, partitions: int, records: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(10)
+    create_topic(bootstrap, name, partitions)
     producer = Producer({"bootstrap.servers": bootstrap, **QUIET})
     for i in range(records):
         producer.produce(name, key=str(i).encode(), value=f"value-{i}".encode())
@@ -202,10 +199,7 @@ def test_group_offsets_survive_sigkill(tmp_path: Path) -> None:
         )
         consumer.close()
     finally:
-        node.process.kill()
-        node.process.wait(10)
-        if node.process.stdout:
-            node.process.stdout.close()
+        node.kill()
     with run_node(tmp_path) as restarted:
         consumer = _consumer(restarted.bootstrap, "keepers")
         committed = consumer.committed(

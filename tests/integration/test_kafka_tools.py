@@ -12,39 +12,19 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from broker.protocol import ApiKey
-from tests.support.brokers import BROKERS, RunningBroker, require_apis, run_broker
+from tests.support.brokers import GROUP_CONSUMER_APIS, RunningBroker, require_apis
 from tests.support.kafka_dist import KafkaTools
 
 pytestmark = pytest.mark.slow
 
 TOPICS_ADMIN = (ApiKey.METADATA, ApiKey.CREATE_TOPICS, ApiKey.DESCRIBE_CONFIGS)
 PRODUCE = (ApiKey.PRODUCE, ApiKey.INIT_PRODUCER_ID, ApiKey.METADATA)
-GROUP_CONSUME = (
-    ApiKey.FETCH,
-    ApiKey.LIST_OFFSETS,
-    ApiKey.FIND_COORDINATOR,
-    ApiKey.JOIN_GROUP,
-    ApiKey.SYNC_GROUP,
-    ApiKey.HEARTBEAT,
-    ApiKey.LEAVE_GROUP,
-    ApiKey.OFFSET_COMMIT,
-    ApiKey.OFFSET_FETCH,
-)
 CONSUMER_WAIT_MS = "30000"
-
-
-@pytest.fixture(scope="module", params=BROKERS)
-def broker(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[RunningBroker]:
-    with run_broker(request.param, tmp_path_factory.mktemp(request.param)) as running:
-        yield running
 
 
 @pytest.fixture
@@ -143,7 +123,7 @@ def test_topics_create_list_describe_alter_and_delete(
 def test_console_producer_keys_are_read_back_by_the_console_consumer(
     broker: RunningBroker, tools: KafkaTools
 ) -> None:
-    require_apis(broker, (*TOPICS_ADMIN, *PRODUCE, *GROUP_CONSUME))
+    require_apis(broker, (*TOPICS_ADMIN, *PRODUCE, *GROUP_CONSUMER_APIS))
     create_topic(tools, "payments", 2)
     lines = [f"{key}:{key}-{n}" for n in range(5) for key in ("alice", "bob", "carol")]
     produce_keyed(tools, "payments", lines)
@@ -169,7 +149,7 @@ def test_consumer_groups_list_describe_lag_and_reset_offsets(
 ) -> None:
     require_apis(
         broker,
-        (*TOPICS_ADMIN, *PRODUCE, *GROUP_CONSUME, ApiKey.LIST_GROUPS, ApiKey.DESCRIBE_GROUPS),
+        (*TOPICS_ADMIN, *PRODUCE, *GROUP_CONSUMER_APIS, ApiKey.LIST_GROUPS, ApiKey.DESCRIBE_GROUPS),
     )
     create_topic(tools, "ledger", 2)
     produce_keyed(tools, "ledger", [f"k{n}:v{n}" for n in range(10)])
@@ -235,7 +215,7 @@ def test_configs_describe_and_alter_topic_and_broker(
 def test_delete_records_moves_the_log_start_offset(
     broker: RunningBroker, tools: KafkaTools, tmp_path: Path
 ) -> None:
-    require_apis(broker, (*TOPICS_ADMIN, *PRODUCE, *GROUP_CONSUME, ApiKey.DELETE_RECORDS))
+    require_apis(broker, (*TOPICS_ADMIN, *PRODUCE, *GROUP_CONSUMER_APIS, ApiKey.DELETE_RECORDS))
     create_topic(tools, "trimmed", 1)
     produce_keyed(tools, "trimmed", [f"k:v{n}" for n in range(10)])
     offsets = tmp_path / "offsets.json"
@@ -255,7 +235,7 @@ def test_delete_records_moves_the_log_start_offset(
 def test_producer_perf_test_reports_every_record_acknowledged(
     broker: RunningBroker, tools: KafkaTools
 ) -> None:
-    require_apis(broker, (*TOPICS_ADMIN, *PRODUCE, *GROUP_CONSUME))
+    require_apis(broker, (*TOPICS_ADMIN, *PRODUCE, *GROUP_CONSUMER_APIS))
     create_topic(tools, "perf", 2)
     result = tools.producer_perf(
         "--topic",

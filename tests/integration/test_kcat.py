@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,18 +17,10 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from broker.protocol import ApiKey
-from tests.support.brokers import BROKERS, RunningBroker, require_apis, run_broker
+from tests.support.brokers import RunningBroker, require_apis
 
 KCAT_TIMEOUT = 60.0
 TOPIC_METADATA = (ApiKey.METADATA, ApiKey.CREATE_TOPICS)
-
-
-@pytest.fixture(scope="module", params=BROKERS)
-def broker(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[RunningBroker]:
-    with run_broker(request.param, tmp_path_factory.mktemp(request.param)) as running:
-        yield running
 
 
 def kcat(broker: RunningBroker, *args: str, stdin: str | None = None) -> str:

@@ -5,28 +5,23 @@ bad `gregor.metrics.listener` stops the node naming the key."""
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
-import time
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
 from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as openmetrics_families,
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.nodes import RunningNode, free_port, run_node
+from tests.integration.clients import QUIET, create_topic, read_all
+from tests.integration.nodes import RunningNode, free_port, refused_start, run_node
 
 KEY = "gregor.metrics.listener"
-QUIET = {"log_level": 0}
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -73,12 +68,6 @@ def metered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MeteredNode]:
         yield MeteredNode(node, f"http://127.0.0.1:{port}/metrics", tmp / "logs")
 
 
-def _create(bootstrap: str, name: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
-    futures = admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=10)
-    futures[name].result(timeout=10)
-
-
 def _produce(bootstrap: str, topic: str, count: int) -> None:
     delivered: list[KafkaError | None] = []
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", **QUIET})
@@ -93,28 +82,10 @@ def _produce(bootstrap: str, topic: str, count: int) -> None:
     assert delivered == [None] * count
 
 
-def _consume(bootstrap: str, topic: str, partitions: int, expected: int) -> list[Message]:
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": f"metered-{uuid.uuid4()}", **QUIET}
-    )
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    got: list[Message] = []
-    deadline = time.monotonic() + 20
-    try:
-        while len(got) < expected and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is not None:
-                assert message.error() is None, message.error()
-                got.append(message)
-    finally:
-        consumer.close()
-    return got
-
-
 def test_byte_and_message_counters_move_by_what_the_clients_sent(metered: MeteredNode) -> None:
     topic, partitions, count = "metered", 3, 120
     before = metered.samples()
-    _create(metered.bootstrap, topic, partitions)
+    create_topic(metered.bootstrap, topic, partitions)
     _produce(metered.bootstrap, topic, count)
     produced = metered.samples()
     sizes = [metered.disk_bytes(topic, p) for p in range(partitions)]
@@ -136,7 +107,7 @@ def test_byte_and_message_counters_move_by_what_the_clients_sent(metered: Metere
     for partition, size in enumerate(sizes):
         assert value(produced, "kafka_log_log_size", topic=topic, partition=str(partition)) == size
 
-    assert len(_consume(metered.bootstrap, topic, partitions, count)) == count
+    assert len(read_all(metered.bootstrap, topic, partitions, count)) == count
     consumed = metered.samples()
     bytes_out = "kafka_server_brokertopicmetrics_bytesout_total"
     assert moved(consumed, bytes_out, topic=topic) == sent
@@ -146,7 +117,7 @@ def test_byte_and_message_counters_move_by_what_the_clients_sent(metered: Metere
 
 
 def test_requests_are_counted_and_timed_per_api(metered: MeteredNode) -> None:
-    _create(metered.bootstrap, "timed", 1)
+    create_topic(metered.bootstrap, "timed", 1)
     _produce(metered.bootstrap, "timed", 5)
     samples = metered.samples()
     requests: dict[str, float] = {}
@@ -172,9 +143,9 @@ def test_requests_are_counted_and_timed_per_api(metered: MeteredNode) -> None:
 def test_error_codes_in_responses_are_counted_per_api(metered: MeteredNode) -> None:
     errors = "kafka_network_requestmetrics_errors_total"
     before = metered.samples()
-    _create(metered.bootstrap, "twice", 1)
+    create_topic(metered.bootstrap, "twice", 1)
     with pytest.raises(Exception, match="already exists"):
-        _create(metered.bootstrap, "twice", 1)
+        create_topic(metered.bootstrap, "twice", 1)
     admin = AdminClient({"bootstrap.servers": metered.bootstrap, **QUIET})
     missing = admin.list_topics(topic="no-such-topic", timeout=10).topics["no-such-topic"]
     assert missing.error is not None
@@ -189,8 +160,8 @@ def test_error_codes_in_responses_are_counted_per_api(metered: MeteredNode) -> N
 
 
 def test_partition_leader_and_log_gauges_match_the_topics(metered: MeteredNode) -> None:
-    _create(metered.bootstrap, "gauged-a", 4)
-    _create(metered.bootstrap, "gauged-b", 2)
+    create_topic(metered.bootstrap, "gauged-a", 4)
+    create_topic(metered.bootstrap, "gauged-b", 2)
     _produce(metered.bootstrap, "gauged-a", 10)
     listed = AdminClient({"bootstrap.servers": metered.bootstrap, **QUIET}).list_topics(timeout=10)
     expected = {(name, p) for name, t in listed.topics.items() for p in t.partitions}
@@ -233,15 +204,7 @@ def _refused(tmp: Path, listener: str) -> str:
         f"listeners=PLAINTEXT://localhost:{free_port()}\nlog.dirs={tmp / 'logs'}\n"
         f"{KEY}={listener}\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-m", "broker.cli", "broker", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    assert result.returncode == 1, result.stderr
-    return result.stderr
+    return refused_start(config)
 
 
 @pytest.mark.parametrize(

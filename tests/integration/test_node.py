@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,8 @@ from broker.protocol import (
     encode_request,
     request_type,
 )
-from tests.integration.nodes import RunningNode, free_port, run_node
+from tests.integration.nodes import RunningNode, free_port, refused_start, run_node
+from tests.support.wire import exchange
 
 
 @pytest.fixture(scope="module")
@@ -35,25 +34,13 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningNode]:
         yield running
 
 
-def _exchange(sock: socket.socket, frame: bytes) -> bytes | None:
-    """Send one frame; the response frame, or None if the broker closed the connection."""
-    sock.sendall(frame)
-    reader = FrameReader()
-    while (response := reader.next_frame()) is None:
-        data = sock.recv(65536)
-        if not data:
-            return None
-        reader.receive_data(data)
-    return response
-
-
 def _api_versions(sock: socket.socket, version: int) -> Any:
     body = build(
         request_type(ApiKey.API_VERSIONS, version),
         client_software_name="gregor-tests",
         client_software_version="1",
     )
-    frame = _exchange(
+    frame = exchange(
         sock, encode_request(RequestHeader(ApiKey.API_VERSIONS, version, 7, "t"), body)
     )
     assert frame is not None
@@ -132,7 +119,7 @@ def test_api_versions_at_a_future_version_is_answered_so_the_client_can_retry(
 ) -> None:
     with socket.create_connection(("localhost", node.port), timeout=10) as sock:
         frame = struct.pack(">hhihb", ApiKey.API_VERSIONS, 99, 5, -1, 0)
-        response = _exchange(sock, struct.pack(">i", len(frame)) + frame)
+        response = exchange(sock, struct.pack(">i", len(frame)) + frame)
         assert response is not None
         body: Any = decode_response(ApiKey.API_VERSIONS, 0, response)[1]
         assert body.error_code == ErrorCode.unsupported_version
@@ -162,7 +149,7 @@ def test_hostile_input_closes_that_connection_and_others_are_served(
         socket.create_connection(("localhost", node.port), timeout=10) as attacker,
     ):
         assert _api_versions(bystander, 3).error_code == ErrorCode.none
-        assert _exchange(attacker, hostile) is None  # closed, nothing answered
+        assert exchange(attacker, hostile) is None  # closed, nothing answered
         assert _api_versions(bystander, 3).error_code == ErrorCode.none
 
 
@@ -202,23 +189,10 @@ def test_a_client_that_never_reads_does_not_stop_the_broker(node: RunningNode) -
             assert _api_versions(other, 3).error_code == ErrorCode.none
 
 
-def _refused_start(config: Path) -> str:
-    """Start `gregor broker`, expect it to refuse with exit code 1; return what it said."""
-    result = subprocess.run(
-        [sys.executable, "-m", "broker.cli", "broker", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    assert result.returncode == 1, result.stderr
-    return result.stderr
-
-
 def test_invalid_config_stops_the_node_naming_the_key(tmp_path: Path) -> None:
     config = tmp_path / "server.properties"
     config.write_text(f"listeners=PLAINTEXT://localhost:{free_port()}\nnum.partitions=zero\n")
-    assert "num.partitions" in _refused_start(config)
+    assert "num.partitions" in refused_start(config)
 
 
 def test_a_log_dir_of_another_cluster_is_refused(tmp_path: Path) -> None:
@@ -229,7 +203,7 @@ def test_a_log_dir_of_another_cluster_is_refused(tmp_path: Path) -> None:
     config.write_text(
         f"node.id=1\nlisteners=PLAINTEXT://localhost:{free_port()}\nlog.dirs={logs}\n"
     )
-    assert "belongs to node 2" in _refused_start(config)
+    assert "belongs to node 2" in refused_start(config)
 
 
 def test_restart_keeps_the_cluster_id(tmp_path: Path) -> None:

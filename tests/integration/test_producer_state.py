@@ -8,7 +8,6 @@ real: the process, its SIGKILL, the restart on the same data dir.
 
 from __future__ import annotations
 
-import socket
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -17,37 +16,13 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from broker.protocol import (
-    ApiKey,
-    ErrorCode,
-    FrameReader,
-    RequestHeader,
-    build,
-    decode_response,
-    encode_request,
-    request_type,
-)
+from broker.protocol import ApiKey, ErrorCode, build, request_type
 from broker.protocol.messages import request_module
 from broker.protocol.records import Record, build_batch
 from tests.integration.nodes import run_node, start_node
+from tests.support.wire import call
 
 PRODUCE_VERSION = 9
-_correlation = iter(range(1, 1_000_000))
-
-
-def _call(port: int, api_key: ApiKey, version: int, body: Any) -> Any:
-    correlation = next(_correlation)
-    frame = encode_request(RequestHeader(api_key, version, correlation, "state-test"), body)
-    with socket.create_connection(("localhost", port), timeout=10) as sock:
-        sock.sendall(frame)
-        reader = FrameReader()
-        while (response := reader.next_frame()) is None:
-            data = sock.recv(65536)
-            assert data, "the broker closed the connection"
-            reader.receive_data(data)
-    got_correlation, decoded = decode_response(api_key, version, response)
-    assert got_correlation == correlation
-    return decoded
 
 
 def _init_producer_id(port: int) -> tuple[int, int]:
@@ -58,7 +33,7 @@ def _init_producer_id(port: int) -> tuple[int, int]:
         producer_id=-1,
         producer_epoch=-1,
     )
-    response = _call(port, ApiKey.INIT_PRODUCER_ID, 4, body)
+    response = call(("localhost", port), ApiKey.INIT_PRODUCER_ID, 4, body)
     assert response.error_code == ErrorCode.none
     return int(response.producer_id), int(response.producer_epoch)
 
@@ -78,7 +53,7 @@ def _produce(port: int, batch: bytes) -> Any:
             ),
         ),
     )
-    response = _call(port, ApiKey.PRODUCE, PRODUCE_VERSION, body)
+    response = call(("localhost", port), ApiKey.PRODUCE, PRODUCE_VERSION, body)
     return response.responses[0].partition_responses[0]
 
 
@@ -106,10 +81,7 @@ def test_a_retried_batch_after_a_crash_is_not_written_twice(tmp_path: Path) -> N
         assert (first.error_code, first.base_offset) == (ErrorCode.none, 0)
         assert (second.error_code, second.base_offset) == (ErrorCode.none, 5)
     finally:
-        node.process.kill()
-        node.process.wait(10)
-        if node.process.stdout:
-            node.process.stdout.close()
+        node.kill()
 
     with run_node(tmp_path) as restarted:
         # The producer never saw the answer to its second batch and sends it again.

@@ -11,27 +11,19 @@ What it must never do: skip; a missing API is a failure the scenario reports.
 from __future__ import annotations
 
 import contextlib
-import socket
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from broker.protocol import (
-    ApiKey,
-    ErrorCode,
-    FrameReader,
-    RequestHeader,
-    build,
-    decode_response,
-    encode_request,
-    request_type,
-)
+from broker.protocol import ApiKey, ErrorCode, build, request_type
 from tests.integration.nodes import run_node
 from tests.support.kafka_dist import run_kafka
+from tests.support.wire import call
 
 __all__ = [
     "BROKERS",
+    "GROUP_CONSUMER_APIS",
     "BrokerKind",
     "RunningBroker",
     "advertised_apis",
@@ -43,6 +35,19 @@ BrokerKind = Literal["gregor", "kafka"]
 BROKERS: tuple[BrokerKind, ...] = ("gregor", "kafka")
 
 COMMON_SETTINGS = {"group.initial.rebalance.delay.ms": "0"}
+
+GROUP_CONSUMER_APIS = (
+    ApiKey.FETCH,
+    ApiKey.LIST_OFFSETS,
+    ApiKey.FIND_COORDINATOR,
+    ApiKey.JOIN_GROUP,
+    ApiKey.SYNC_GROUP,
+    ApiKey.HEARTBEAT,
+    ApiKey.LEAVE_GROUP,
+    ApiKey.OFFSET_COMMIT,
+    ApiKey.OFFSET_FETCH,
+)
+"""What a Java consumer in a group (console consumer, consumer perf test) needs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,16 +86,7 @@ def advertised_apis(broker: RunningBroker, timeout: float = 10.0) -> set[int]:
         client_software_name="gregor-tests",
         client_software_version="1",
     )
-    frame = encode_request(RequestHeader(ApiKey.API_VERSIONS, 3, 1, "gregor-tests"), body)
-    with socket.create_connection(broker.host_port, timeout=timeout) as sock:
-        sock.sendall(frame)
-        reader = FrameReader()
-        while (response := reader.next_frame()) is None:
-            data = sock.recv(65536)
-            if not data:
-                raise ConnectionError(f"{broker.kind} closed the connection on ApiVersions")
-            reader.receive_data(data)
-    answer: Any = decode_response(ApiKey.API_VERSIONS, 3, response)[1]
+    answer: Any = call(broker.host_port, ApiKey.API_VERSIONS, 3, body, timeout=timeout)
     if answer.error_code != ErrorCode.none:
         raise AssertionError(f"{broker.kind} answered ApiVersions with {answer.error_code!r}")
     return {int(entry.api_key) for entry in answer.api_keys}
