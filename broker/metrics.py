@@ -43,6 +43,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from broker.protocol import ApiKey, ErrorCode, Request, ResponseBody
+from broker.protocol.fetch import FetchResponse
 from broker.replica import AppendResult, ReplicaManager
 
 __all__ = ["LATENCY_BUCKETS_MS", "BrokerMetrics", "MetricsEndpoint"]
@@ -197,7 +198,7 @@ class BrokerMetrics(Collector):
             self._failed()
 
     def request_done(
-        self, request: Request, response: ResponseBody | None, elapsed_ns: int
+        self, request: Request, response: ResponseBody | FetchResponse | None, elapsed_ns: int
     ) -> None:
         """A request answered (`response` None: nothing was sent back) after `elapsed_ns`."""
         try:
@@ -226,7 +227,7 @@ class BrokerMetrics(Collector):
             all_topics[_FAILED_PRODUCE] += 1
 
     def _request_done(
-        self, request: Request, response: ResponseBody | None, elapsed_ns: int
+        self, request: Request, response: ResponseBody | FetchResponse | None, elapsed_ns: int
     ) -> None:
         header = request.header
         key = (header.api_key, header.api_version)

@@ -3,7 +3,8 @@
 Clients may pipeline; requests are processed one after another and responses keep their
 order. Memory per connection is bounded: reading pauses while `MAX_QUEUED_REQUESTS` frames
 wait, and the next request is not started while the transport's write buffer is full (a
-client that never reads stops being read from). A frame larger than
+client that never reads stops being read from, and counts as idle). Fetch responses come as buffers around file
+regions; the regions go out with `sendfile` (`sendfile.py`). A frame larger than
 `socket.request.max.bytes`, or malformed framing, closes the connection at once.
 """
 
@@ -16,7 +17,8 @@ from collections import deque
 
 from broker.protocol import FrameReader, MalformedInput
 
-from .dispatcher import CloseConnection, Dispatcher
+from .dispatcher import CloseConnection, Dispatcher, Frame
+from .sendfile import send_region
 
 __all__ = ["Connection"]
 
@@ -47,6 +49,8 @@ class Connection(asyncio.Protocol):
         self._closing = False
         self._task: asyncio.Task[None] | None = None
         self.busy = False
+        self.waiting_on_peer = False
+        """Blocked until the client reads what it was sent."""
         self.last_active = time.monotonic()
         self.peer = "?"
 
@@ -94,6 +98,7 @@ class Connection(asyncio.Protocol):
         self._writable.clear()
 
     def resume_writing(self) -> None:
+        self.last_active = time.monotonic()  # the client is reading
         self._writable.set()
 
     # -- serving --------------------------------------------------------------------------
@@ -109,7 +114,10 @@ class Connection(asyncio.Protocol):
                         return
                     self._wakeup.clear()
                     await self._wakeup.wait()
-                await self._writable.wait()
+                if not self._writable.is_set():
+                    self.waiting_on_peer = True
+                    await self._writable.wait()
+                    self.waiting_on_peer = False
                 if transport.is_closing():
                     return
                 frame = self._frames.popleft()
@@ -125,16 +133,46 @@ class Connection(asyncio.Protocol):
                     return
                 finally:
                     self.busy = False
-                if response is not None and not transport.is_closing():
-                    transport.write(response)
+                if response is not None:
+                    self.busy = self.waiting_on_peer = True
+                    try:
+                        await self._write(transport, response)
+                    finally:
+                        self.busy = self.waiting_on_peer = False
                 self.last_active = time.monotonic()
         except asyncio.CancelledError:
             transport.abort()
             raise
 
+    async def _write(self, transport: asyncio.Transport, frame: Frame) -> None:
+        if isinstance(frame, bytes):
+            if not transport.is_closing():
+                transport.write(frame)
+            return
+        try:
+            for part in frame:
+                if transport.is_closing():
+                    return
+                if isinstance(part, bytes):
+                    transport.write(part)
+                else:
+                    await send_region(transport, part)
+        except OSError as exc:
+            log.info("closing connection to %s: sending a response failed: %s", self.peer, exc)
+            transport.abort()
+        finally:
+            for part in frame:
+                if not isinstance(part, bytes):
+                    part.close()
+
     @property
     def idle(self) -> bool:
         return not self.busy and not self._frames
+
+    @property
+    def stalled(self) -> bool:
+        """Idle as Kafka counts it: no request to work on, or a client that does not read."""
+        return self.idle or self.waiting_on_peer
 
     def close(self) -> None:
         """Finish what is queued, then close (clean shutdown)."""

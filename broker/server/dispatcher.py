@@ -30,8 +30,17 @@ from broker.protocol import (
     encode_response,
     unsupported_version_answer,
 )
+from broker.protocol.fetch import FetchResponse, Region, encode_fetch_response
 
-__all__ = ["CloseConnection", "Dispatcher", "Handler", "RequestContext", "RequestObserver"]
+__all__ = [
+    "Answer",
+    "CloseConnection",
+    "Dispatcher",
+    "Frame",
+    "Handler",
+    "RequestContext",
+    "RequestObserver",
+]
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +54,15 @@ class RequestContext:
     client_address: str
 
 
-Handler = Callable[[RequestContext, Any], Awaitable[ResponseBody | None]]
+Answer = ResponseBody | FetchResponse
+"""A response body: the generic codec's, or Fetch's own (records as file regions)."""
+Frame = bytes | list[bytes | Region]
+"""An encoded response: one buffer, or buffers with file regions between them (Fetch)."""
+Handler = Callable[[RequestContext, Any], Awaitable[Answer | None]]
 """An API's handler: the decoded body in, the response body out (None: send nothing, as for
 Produce with acks=0)."""
 ErrorResponder = Callable[[RequestBody, ErrorCode], ResponseBody]
-RequestObserver = Callable[[Request, ResponseBody | None, int], None]
+RequestObserver = Callable[[Request, Answer | None, int], None]
 """Called once per decoded request: the request, its response body, nanoseconds it took."""
 
 
@@ -79,7 +92,7 @@ class Dispatcher:
     def handled_api_keys(self) -> frozenset[int]:
         return frozenset(self._handlers)
 
-    async def dispatch(self, frame: bytes, listener: str, client_address: str) -> bytes | None:
+    async def dispatch(self, frame: bytes, listener: str, client_address: str) -> Frame | None:
         """The response frame for a request frame, None if nothing is sent back.
 
         Raises `CloseConnection` when the connection must be closed.
@@ -100,7 +113,7 @@ class Dispatcher:
             )
         context = RequestContext(request.header, listener, client_address)
         started = time.perf_counter_ns()
-        body: ResponseBody | None = None
+        body: Answer | None = None
         try:
             try:
                 body = await handler(context, request.body)
@@ -113,7 +126,7 @@ class Dispatcher:
                     request.header.client_id,
                 )
                 body = self._error_body(request)
-            return None if body is None else encode_response(request.header, body)
+            return _encode(request.header, body)
         finally:
             if self.observer is not None:
                 self.observer(request, body, time.perf_counter_ns() - started)
@@ -123,3 +136,16 @@ class Dispatcher:
         if responder is None:
             raise CloseConnection("handler failed and the API has no error response")
         return responder(request.body, ErrorCode.unknown_server_error)
+
+
+def _encode(header: RequestHeader, body: Answer | None) -> Frame | None:
+    if body is None:
+        return None
+    if not isinstance(body, FetchResponse):
+        return encode_response(header, body)
+    try:
+        return encode_fetch_response(header.correlation_id, header.api_version, body)
+    except BaseException:
+        for region in body.regions():
+            region.close()
+        raise

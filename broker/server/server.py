@@ -75,9 +75,12 @@ class BrokerServer:
             await asyncio.sleep(period)
             deadline = time.monotonic() - idle_ms / 1000
             for connection in list(self._connections):
-                if connection.idle and connection.last_active < deadline:
+                if connection.stalled and connection.last_active < deadline:
                     log.info("closing idle connection from %s", connection.peer)
-                    connection.close()
+                    if connection.idle:
+                        connection.close()
+                    else:
+                        connection.abort()  # its client stopped reading
 
     async def stop(self, timeout: float = 10.0) -> None:
         for server in self._servers:

@@ -21,7 +21,7 @@ from .errors import (
 )
 from .log import AppendInfo, Log
 from .manager import LogManager
-from .segments import FileSlice, LogSegment
+from .segments import FileSlice, LogSegment, PinnedSlice
 
 __all__ = [
     "AppendInfo",
@@ -36,6 +36,7 @@ __all__ = [
     "LogSegment",
     "OffsetOutOfRange",
     "OutOfOrderSequence",
+    "PinnedSlice",
     "ProducerStateError",
     "RecordTooLarge",
     "StorageError",

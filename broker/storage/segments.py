@@ -30,7 +30,7 @@ from broker.protocol.records import (
 from .config import LogConfig
 from .indexes import IndexCorrupt, OffsetIndex, TimeIndex
 
-__all__ = ["FileSlice", "LogSegment", "segment_file_name"]
+__all__ = ["FileSlice", "LogSegment", "PinnedSlice", "segment_file_name"]
 
 DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
@@ -56,9 +56,43 @@ class FileSlice:
     position: int
     size: int
 
+    def __len__(self) -> int:
+        return self.size
+
     def read(self) -> bytes:
         """The bytes, for listeners that cannot `sendfile` (TLS)."""
         return os.pread(self.fd, self.size, self.position)
+
+    def pin(self) -> PinnedSlice:
+        """The same range through a descriptor of its own, still readable after the segment
+        closes or is deleted (retention, compaction, topic deletion) — what a response that
+        waits for the socket holds. Its owner closes it."""
+        return PinnedSlice(os.dup(self.fd), self.position, self.size)
+
+
+class PinnedSlice:
+    """A `FileSlice` that owns its descriptor: `close` it once sent (or dropped)."""
+
+    __slots__ = ("fd", "position", "size")
+
+    def __init__(self, fd: int, position: int, size: int) -> None:
+        self.fd = fd
+        self.position = position
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def read(self) -> bytes:
+        return os.pread(self.fd, self.size, self.position)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __repr__(self) -> str:
+        return f"PinnedSlice(fd={self.fd}, position={self.position}, size={self.size})"
 
 
 class LogSegment:

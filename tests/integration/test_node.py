@@ -4,13 +4,19 @@ without losing other clients, and that starts and stops as operators expect."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import socket
 import struct
+import subprocess
+import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from broker.protocol import (
@@ -24,6 +30,8 @@ from broker.protocol import (
     encode_request,
     request_type,
 )
+from broker.protocol.messages import request_module
+from tests.integration.clients import QUIET, create_topic
 from tests.integration.nodes import RunningNode, free_port, refused_start, run_node
 from tests.support.wire import exchange
 
@@ -222,3 +230,68 @@ def test_idle_connections_close_after_connections_max_idle_ms(tmp_path: Path) ->
         assert _api_versions(sock, 3).error_code == ErrorCode.none
         sock.settimeout(10)
         assert sock.recv(1) == b""  # the broker closed it
+
+
+def _fetch_everything(topic: str) -> bytes:
+    schema = request_module(ApiKey.FETCH, 12)
+    partition = build(
+        schema.FetchPartition,
+        partition=0,
+        current_leader_epoch=-1,
+        fetch_offset=0,
+        last_fetched_epoch=-1,
+        log_start_offset=-1,
+        partition_max_bytes=64 * 1024 * 1024,
+    )
+    body = build(
+        schema.FetchRequest,
+        cluster_id=None,
+        replica_id=-1,
+        max_wait=timedelta(milliseconds=100),
+        min_bytes=1,
+        max_bytes=64 * 1024 * 1024,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=(build(schema.FetchTopic, topic=topic, partitions=(partition,)),),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+    return encode_request(RequestHeader(ApiKey.FETCH, 12, 5, "never-reads"), body)
+
+
+def _open_files(process: subprocess.Popen[str]) -> int:
+    return len(os.listdir(f"/proc/{process.pid}/fd"))
+
+
+def test_a_consumer_that_stops_reading_is_cut_off_after_the_idle_timeout(
+    tmp_path: Path,
+) -> None:
+    """A Fetch response waits on the socket holding its segment files open (zero-copy); a
+    client that never reads it loses its connection after `connections.max.idle.ms`, and the
+    files are let go, while everyone else is served throughout."""
+    with run_node(tmp_path, {"connections.max.idle.ms": "1000"}) as node:
+        create_topic(node.bootstrap, "big", partitions=1)
+        producer = Producer({"bootstrap.servers": node.bootstrap, **QUIET})
+        for _ in range(8 * 1024):
+            producer.produce("big", os.urandom(1024))
+            producer.poll(0)
+        assert producer.flush(30) == 0
+        baseline = _open_files(node.process)
+        with socket.socket() as stuck:
+            stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            stuck.connect(("localhost", node.port))
+            stuck.sendall(_fetch_everything("big"))
+            time.sleep(0.3)
+            with socket.create_connection(("localhost", node.port), timeout=10) as other:
+                assert _api_versions(other, 3).error_code == ErrorCode.none
+            deadline = time.monotonic() + 20
+            while _open_files(node.process) > baseline and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert _open_files(node.process) <= baseline
+            received = 0
+            stuck.settimeout(10)
+            with contextlib.suppress(ConnectionResetError):
+                while chunk := stuck.recv(1 << 20):
+                    received += len(chunk)
+        assert 0 < received < 8 * 1024 * 1024, "the response was cut off, not completed"

@@ -66,7 +66,7 @@ class Client:
         correlation = next(self.correlation)
         frame = encode_request(RequestHeader(api, version, correlation, "app"), body)
         answer = await self.dispatcher.dispatch(frame[4:], self.listener, "127.0.0.1:50000")
-        assert answer is not None
+        assert isinstance(answer, bytes)
         got, response = decode_response(api, version, answer[4:])
         assert got == correlation
         return response
@@ -541,7 +541,7 @@ def test_captured_client_requests_find_this_coordinator_and_join(
         async def dispatch(frame: bytes) -> Any:
             request = decode_request(frame)
             answer = await client.dispatcher.dispatch(frame, "PLAINTEXT", "127.0.0.1:50000")
-            assert answer is not None
+            assert isinstance(answer, bytes)
             header = request.header
             return request, decode_response(header.api_key, header.api_version, answer[4:])[1]
 

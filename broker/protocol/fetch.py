@@ -1,0 +1,170 @@
+"""The Fetch response (v4–v12), encoded by hand so record batches never pass through Python.
+
+A Fetch response is almost all record bytes. The generic codec would copy them from the log
+into Python, then into the encoded frame, then into the socket's buffer; here each partition's
+records stay a `Region` — a range of a segment file — and the frame comes out as parts:
+encoded bytes around regions, which the server sends with `sendfile` (zero-copy, as Kafka's
+`FileRecords.writeTo`). Only the versions the broker serves are written (see `versions.py`);
+the encoding is checked byte for byte against the generic codec in the unit tests.
+
+The response classes carry the generic codec's field names and error-code markers, so code that
+inspects responses (the metrics) reads them as it reads any other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from typing import Protocol
+
+from .errors import ErrorCode
+from .primitives import write_uvarint
+
+__all__ = [
+    "FIRST_FLEXIBLE_VERSION",
+    "FetchPartition",
+    "FetchResponse",
+    "FetchTopic",
+    "Region",
+    "encode_fetch_response",
+]
+
+FIRST_FLEXIBLE_VERSION = 12
+_ERROR_CODE = {"kafka_type": "error_code"}
+
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_THROTTLE_ERROR_SESSION = struct.Struct(">ihi")
+_PARTITION_V4 = struct.Struct(">ihqq")  # index, error, high watermark, last stable offset
+_PARTITION_V5 = struct.Struct(">ihqqq")  # … and log start offset
+_NO_TAGGED_FIELDS = b"\x00"
+
+
+class Region(Protocol):
+    """Bytes of a file sent as they are: `sendfile` on plain sockets, `read()` elsewhere."""
+
+    @property
+    def fd(self) -> int: ...
+
+    @property
+    def position(self) -> int: ...
+
+    def __len__(self) -> int: ...
+
+    def read(self) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+@dataclasses.dataclass(slots=True)
+class FetchPartition:
+    partition_index: int
+    error_code: ErrorCode = dataclasses.field(metadata=_ERROR_CODE)
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    records: bytes | Region
+    preferred_read_replica: int = -1
+
+
+@dataclasses.dataclass(slots=True)
+class FetchTopic:
+    topic: str
+    partitions: tuple[FetchPartition, ...]
+
+
+@dataclasses.dataclass(slots=True)
+class FetchResponse:
+    throttle_time_ms: int
+    error_code: ErrorCode = dataclasses.field(metadata=_ERROR_CODE)
+    session_id: int
+    responses: tuple[FetchTopic, ...]
+
+    def regions(self) -> list[Region]:
+        """The file regions this response holds open (close them once it is sent or dropped)."""
+        return [
+            p.records
+            for t in self.responses
+            for p in t.partitions
+            if not isinstance(p.records, bytes)
+        ]
+
+
+def encode_fetch_response(
+    correlation_id: int, api_version: int, response: FetchResponse
+) -> list[bytes | Region]:
+    """The size-prefixed frame as parts: bytes, and regions to send between them."""
+    if not 4 <= api_version <= FIRST_FLEXIBLE_VERSION:
+        raise ValueError(f"Fetch v{api_version} is not encoded here (v4–v12 are)")
+    flexible = api_version >= FIRST_FLEXIBLE_VERSION
+    parts: list[bytes | Region] = []
+    out = bytearray(_INT32.pack(correlation_id))
+    if flexible:
+        out += _NO_TAGGED_FIELDS  # response header v1
+    if api_version >= 7:
+        out += _THROTTLE_ERROR_SESSION.pack(
+            response.throttle_time_ms, response.error_code, response.session_id
+        )
+    else:
+        out += _INT32.pack(response.throttle_time_ms)
+    _array_length(out, len(response.responses), flexible)
+    for topic in response.responses:
+        name = topic.topic.encode()
+        out += write_uvarint(len(name) + 1) if flexible else _INT16.pack(len(name))
+        out += name
+        _array_length(out, len(topic.partitions), flexible)
+        for partition in topic.partitions:
+            _partition_header(out, partition, api_version, flexible)
+            records = partition.records
+            size = len(records)
+            _array_length(out, size, flexible)
+            if isinstance(records, bytes):
+                out += records
+            elif size:
+                parts.append(bytes(out))
+                parts.append(records)
+                out = bytearray()
+            if flexible:
+                out += _NO_TAGGED_FIELDS
+        if flexible:
+            out += _NO_TAGGED_FIELDS
+    if flexible:
+        out += _NO_TAGGED_FIELDS
+    parts.append(bytes(out))
+    head = parts[0]
+    assert isinstance(head, bytes)  # the response header always comes first
+    parts[0] = _INT32.pack(sum(len(part) for part in parts)) + head
+    return parts
+
+
+def _partition_header(
+    out: bytearray, partition: FetchPartition, api_version: int, flexible: bool
+) -> None:
+    if api_version >= 5:
+        out += _PARTITION_V5.pack(
+            partition.partition_index,
+            partition.error_code,
+            partition.high_watermark,
+            partition.last_stable_offset,
+            partition.log_start_offset,
+        )
+    else:
+        out += _PARTITION_V4.pack(
+            partition.partition_index,
+            partition.error_code,
+            partition.high_watermark,
+            partition.last_stable_offset,
+        )
+    # Aborted transactions: null (no transactions are served).
+    out += b"\x00" if flexible else b"\xff\xff\xff\xff"
+    if api_version >= 11:
+        out += _INT32.pack(partition.preferred_read_replica)
+
+
+def _array_length(out: bytearray, length: int, flexible: bool) -> None:
+    """An array's or bytes' length: compact (unsigned varint of length + 1) from v12, else
+    int32."""
+    if flexible:
+        out += write_uvarint(length + 1)
+    else:
+        out += _INT32.pack(length)

@@ -1,0 +1,141 @@
+"""File regions reach the peer intact over real loopback sockets: when the socket takes them at
+once, when it fills up and the rest must wait for the reader, after the file is deleted, and
+with the transport's own buffer still holding bytes that must go first."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import socket
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker.server.sendfile import RegionTruncated, send_region
+from broker.storage import FileSlice
+
+
+def in_loop(test: Callable[[Path], Coroutine[Any, Any, None]]) -> Callable[[Path], None]:
+    @functools.wraps(test)
+    def run(tmp_path: Path) -> None:
+        asyncio.run(asyncio.wait_for(test(tmp_path), 60))
+
+    return run
+
+
+class _Keep(asyncio.Protocol):
+    def __init__(self, into: asyncio.Future[asyncio.Transport]) -> None:
+        self._into = into
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._into.set_result(transport)
+
+
+@asynccontextmanager
+async def connected(
+    send_buffer: int | None = None,
+) -> AsyncIterator[tuple[asyncio.Transport, asyncio.StreamReader]]:
+    """A server-side transport (what the broker writes to) and the client's reader."""
+    loop = asyncio.get_running_loop()
+    accepted: asyncio.Future[asyncio.Transport] = loop.create_future()
+    server = await loop.create_server(lambda: _Keep(accepted), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    transport = await accepted
+    if send_buffer is not None:
+        transport.get_extra_info("socket").setsockopt(
+            socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer
+        )
+    try:
+        yield transport, reader
+    finally:
+        transport.close()
+        writer.close()
+        server.close()
+        await server.wait_closed()
+
+
+def data_file(tmp_path: Path, size: int) -> tuple[Path, bytes]:
+    content = os.urandom(size)
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(content)
+    return path, content
+
+
+@in_loop
+async def test_a_region_is_sent_whole(tmp_path: Path) -> None:
+    path, content = data_file(tmp_path, 64 * 1024)
+    fd = os.open(path, os.O_RDONLY)
+    region = FileSlice(fd, 1000, 30_000).pin()
+    os.close(fd)
+    async with connected() as (transport, reader):
+        await send_region(transport, region)
+        assert await reader.readexactly(30_000) == content[1000:31_000]
+    region.close()
+
+
+@in_loop
+async def test_a_region_larger_than_the_socket_buffer_waits_for_the_reader(
+    tmp_path: Path,
+) -> None:
+    size = 8 * 1024 * 1024
+    path, content = data_file(tmp_path, size)
+    fd = os.open(path, os.O_RDONLY)
+    region = FileSlice(fd, 0, size).pin()
+    os.close(fd)
+    async with connected(send_buffer=128 * 1024) as (transport, reader):
+        sending = asyncio.ensure_future(send_region(transport, region))
+        await asyncio.sleep(0.05)
+        assert not sending.done(), "8 MiB cannot fit in the socket buffers unread"
+        received = await reader.readexactly(size)
+        await sending
+    region.close()
+    assert received == content
+
+
+@in_loop
+async def test_buffered_bytes_go_before_the_region(tmp_path: Path) -> None:
+    path, content = data_file(tmp_path, 4 * 1024 * 1024)
+    fd = os.open(path, os.O_RDONLY)
+    region = FileSlice(fd, 0, len(content)).pin()
+    os.close(fd)
+    header = os.urandom(4 * 1024 * 1024)
+    async with connected(send_buffer=128 * 1024) as (transport, reader):
+        transport.write(header)
+        assert transport.get_write_buffer_size() > 0
+        sending = asyncio.ensure_future(send_region(transport, region))
+        received = await reader.readexactly(len(header) + len(content))
+        await sending
+    region.close()
+    assert received == header + content
+
+
+@in_loop
+async def test_a_pinned_region_outlives_its_file(tmp_path: Path) -> None:
+    """Retention or compaction may delete a segment while its bytes wait for the socket."""
+    path, content = data_file(tmp_path, 100_000)
+    fd = os.open(path, os.O_RDONLY)
+    region = FileSlice(fd, 10, 50_000).pin()
+    os.close(fd)
+    path.unlink()
+    async with connected() as (transport, reader):
+        await send_region(transport, region)
+        assert await reader.readexactly(50_000) == content[10:50_010]
+    region.close()
+
+
+@in_loop
+async def test_a_file_shorter_than_its_region_is_an_error(tmp_path: Path) -> None:
+    path, _ = data_file(tmp_path, 1000)
+    fd = os.open(path, os.O_RDONLY)
+    region = FileSlice(fd, 0, 5000).pin()
+    os.close(fd)
+    async with connected() as (transport, _reader):
+        with pytest.raises(RegionTruncated, match="4000 bytes before"):
+            await send_region(transport, region)
+    region.close()
