@@ -3,9 +3,9 @@
 Clients may pipeline; requests are processed one after another and responses keep their
 order. Memory per connection is bounded: reading pauses while `MAX_QUEUED_REQUESTS` frames
 wait, and the next request is not started while the transport's write buffer is full (a
-client that never reads stops being read from, and counts as idle). Fetch responses come as buffers around file
-regions; the regions go out with `sendfile` (`sendfile.py`). A frame larger than
-`socket.request.max.bytes`, or malformed framing, closes the connection at once.
+client that never reads stops being read from, and counts as idle). Fetch responses come as
+buffers around file regions; the regions go out with `sendfile` (`sendfile.py`). A frame
+larger than `socket.request.max.bytes`, or malformed framing, closes the connection at once.
 """
 
 from __future__ import annotations
