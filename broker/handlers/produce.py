@@ -7,10 +7,12 @@ client notices, as Kafka does. acks=1 and acks=all are answered once the batch i
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from broker.protocol import ApiKey, ErrorCode, ResponseBody, build, response_module
 from broker.server import CloseConnection, RequestContext
+from broker.storage import AppendInfo
 
 from .context import NO_THROTTLE, NodeState
 
@@ -46,7 +48,7 @@ class Handler:
                         index=data.index,
                         error_code=error,
                         base_offset=info.first_offset if info is not None else -1,
-                        log_append_time=None,
+                        log_append_time=_append_time(info),
                         log_start_offset=info.log_start_offset if info is not None else -1,
                         record_errors=(),
                         error_message=message,
@@ -67,3 +69,10 @@ class Handler:
             schema.ProduceResponse, responses=tuple(topics), throttle_time=NO_THROTTLE
         )
         return response
+
+
+def _append_time(info: AppendInfo | None) -> datetime | None:
+    """The broker time a LogAppendTime topic stamped the batch with (None: -1 on the wire)."""
+    if info is None or info.log_append_time < 0:
+        return None
+    return datetime.fromtimestamp(info.log_append_time / 1000, UTC)

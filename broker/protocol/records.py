@@ -308,7 +308,10 @@ def _read_record(view: memoryview, pos: int, header: BatchHeader, where: str) ->
         )
     record = Record(
         offset=header.base_offset + offset_delta,
-        timestamp=header.base_timestamp + timestamp_delta,
+        # A LogAppendTime batch gives every record the broker's time (its max timestamp).
+        timestamp=header.max_timestamp
+        if header.attributes & _LOG_APPEND_TIME
+        else header.base_timestamp + timestamp_delta,
         key=key,
         value=value,
         headers=tuple(headers),

@@ -31,6 +31,7 @@ from broker.storage import (
     CorruptRecordError,
     FileSlice,
     InvalidProducerEpoch,
+    InvalidTimestamp,
     Log,
     LogConfig,
     LogManager,
@@ -215,6 +216,8 @@ class ReplicaManager:
             return AppendResult(ErrorCode.out_of_order_sequence_number, message=str(exc))
         except InvalidProducerEpoch as exc:
             return AppendResult(ErrorCode.invalid_producer_epoch, message=str(exc))
+        except InvalidTimestamp as exc:
+            return AppendResult(ErrorCode.invalid_timestamp, message=str(exc))
         except (LogOffline, StorageError) as exc:
             return AppendResult(ErrorCode.kafka_storage_error, message=str(exc))
         self._wake((topic, index))

@@ -12,6 +12,7 @@ from .config import InvalidConfig, LogConfig
 from .errors import (
     CorruptRecordError,
     InvalidProducerEpoch,
+    InvalidTimestamp,
     LogOffline,
     OffsetOutOfRange,
     OutOfOrderSequence,
@@ -29,6 +30,7 @@ __all__ = [
     "FileSlice",
     "InvalidConfig",
     "InvalidProducerEpoch",
+    "InvalidTimestamp",
     "Log",
     "LogConfig",
     "LogManager",

@@ -63,6 +63,30 @@ class LogConfig:
     so reads in flight finish (1 minute)."""
     max_message_bytes: int = 1024 * 1024 + 12
     """`max.message.bytes`: the largest batch accepted (1 MiB + log overhead)."""
+    compression_type: str = "producer"
+    """`compression.type`: the codec batches are stored with; `producer` keeps the
+    producer's, anything else recompresses batches that use another codec."""
+    message_timestamp_type: str = "CreateTime"
+    """`message.timestamp.type`: `LogAppendTime` stamps each batch with the broker's clock."""
+    message_timestamp_before_max_ms: int = LONG_MAX
+    """`message.timestamp.before.max.ms`: how far in the past a CreateTime may be."""
+    message_timestamp_after_max_ms: int = 3600 * 1000
+    """`message.timestamp.after.max.ms`: how far in the future a CreateTime may be (1 hour)."""
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def rewrites_batches(self) -> bool:
+        """Whether appends go through `validation.prepare` (otherwise only the cheap,
+        per-batch checks run): recompression, LogAppendTime, or a past-timestamp bound, which
+        needs each record's timestamp."""
+        return (
+            self.compression_type != "producer"
+            or self.log_append_time
+            or self.message_timestamp_before_max_ms != LONG_MAX
+        )
 
     @property
     def compact(self) -> bool:
@@ -121,6 +145,15 @@ def _ratio(key: str, raw: str) -> float:
     return value
 
 
+def _one_of(*allowed: str) -> Callable[[str, str], str]:
+    def parse(key: str, raw: str) -> str:
+        if raw not in allowed:
+            raise InvalidConfig(key, raw, f"must be one of {', '.join(allowed)}")
+        return raw
+
+    return parse
+
+
 def _policy(key: str, raw: str) -> frozenset[str]:
     values = frozenset(part.strip() for part in raw.split(",") if part.strip())
     if not values or not values <= {"delete", "compact"}:
@@ -144,4 +177,11 @@ _PROPERTIES: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "delete.retention.ms": ("delete_retention_ms", _long(0)),
     "file.delete.delay.ms": ("file_delete_delay_ms", _long(0)),
     "max.message.bytes": ("max_message_bytes", _long(0)),
+    "compression.type": (
+        "compression_type",
+        _one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
+    ),
+    "message.timestamp.type": ("message_timestamp_type", _one_of("CreateTime", "LogAppendTime")),
+    "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", _long(0)),
+    "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", _long(0)),
 }

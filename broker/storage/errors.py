@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = [
     "CorruptRecordError",
     "InvalidProducerEpoch",
+    "InvalidTimestamp",
     "LogOffline",
     "OffsetOutOfRange",
     "OutOfOrderSequence",
@@ -20,6 +21,11 @@ class StorageError(Exception):
 
 class CorruptRecordError(StorageError):
     """A batch offered for append fails validation (CRC, magic, offsets): CORRUPT_MESSAGE."""
+
+
+class InvalidTimestamp(StorageError):
+    """A record's CreateTime lies outside `message.timestamp.before.max.ms` /
+    `message.timestamp.after.max.ms` of the broker's clock: INVALID_TIMESTAMP (32)."""
 
 
 class RecordTooLarge(StorageError):

@@ -35,6 +35,7 @@ from .epochs import LeaderEpochCache
 from .errors import CorruptRecordError, OffsetOutOfRange, RecordTooLarge
 from .producer_state import BatchMetadata, ProducerStateManager
 from .segments import DELETED_SUFFIX, FileSlice, LogSegment
+from .validation import check_max_timestamp, prepare
 
 __all__ = ["AppendInfo", "Log", "parse_partition_dir"]
 
@@ -66,6 +67,8 @@ class AppendInfo(NamedTuple):
     log_start_offset: int
     record_count: int
     duplicate: bool = False
+    log_append_time: int = -1
+    """The broker time the batches were stamped with, on a `LogAppendTime` topic."""
 
 
 class Log:
@@ -176,7 +179,18 @@ class Log:
     # -- appending ------------------------------------------------------------------------
 
     def append_as_leader(self, records: bytes, *, leader_epoch: int, now_ms: int) -> AppendInfo:
-        """Validate the batches, assign them the next offsets and stamp the leader epoch."""
+        """Validate the batches, assign them the next offsets and stamp the leader epoch.
+
+        The topic's config may first rewrite them (`validation.prepare`): recompression to
+        `compression.type`, or `LogAppendTime` stamps, reported back in `log_append_time`."""
+        if self.config.rewrites_batches:
+            records = prepare(records, self.config, now_ms)
+            if self.config.log_append_time:
+                info = self._append_as_leader(records, leader_epoch, now_ms)
+                return info if info.duplicate else info._replace(log_append_time=now_ms)
+        return self._append_as_leader(records, leader_epoch, now_ms)
+
+    def _append_as_leader(self, records: bytes, leader_epoch: int, now_ms: int) -> AppendInfo:
         view = memoryview(records)
         if len(view) >= BATCH_HEADER_SIZE:
             # One batch per partition is what producers send: its own, leaner path.
@@ -193,6 +207,7 @@ class Log:
         idempotent = False
         for position, header in batches:
             _check_record_count(position, header)
+            check_max_timestamp(view, position, header, self.config, now_ms)
             count = header.last_offset_delta + 1
             prefixes.append(_PREFIX.pack(next_offset, header.batch_length, leader_epoch))
             assigned.append((position, _with_offsets(header, next_offset, leader_epoch)))
@@ -234,6 +249,7 @@ class Log:
         if size > self.config.segment_bytes:
             raise RecordTooLarge(f"{size} bytes do not fit in segment.bytes")
         _check_record_count(0, header)
+        check_max_timestamp(view, 0, header, self.config, now_ms)
         segment = self.segments[-1]
         first_offset = segment.next_offset
         idempotent = header.producer_id >= 0

@@ -5,12 +5,20 @@ acknowledged."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    TIMESTAMP_LOG_APPEND_TIME,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import (
     AlterConfigOpType,
@@ -20,6 +28,8 @@ from confluent_kafka.admin._config import (
 )
 from confluent_kafka.cimpl import NewPartitions, NewTopic
 
+from broker.protocol import Codec
+from broker.protocol.records import validate_batch
 from tests.integration.clients import QUIET, create_topic, read_all
 from tests.integration.nodes import RunningNode, run_node, start_node
 
@@ -203,6 +213,41 @@ def test_seek_by_timestamp(node: RunningNode) -> None:
         assert message.timestamp()[1] == base + 5000
     finally:
         consumer.close()
+
+
+def test_topic_timestamp_and_compression_settings(node: RunningNode) -> None:
+    """LogAppendTime topics hand consumers the broker's time; CreateTime topics refuse records
+    from more than `message.timestamp.after.max.ms` in the future; a `compression.type` topic
+    stores batches in its codec whatever the producer used."""
+    create_topic(node.bootstrap, "appended", 1, **{"message.timestamp.type": "LogAppendTime"})
+    create_topic(node.bootstrap, "stored-zstd", 1, **{"compression.type": "zstd"})
+    create_topic(node.bootstrap, "bounded", 1, **{"message.timestamp.after.max.ms": "60000"})
+    producer = Producer({"bootstrap.servers": node.bootstrap, "linger.ms": 0, **QUIET})
+    long_ago = 1_000_000_000_000
+    before = int(time.time() * 1000)
+    producer.produce("appended", value=b"a", timestamp=long_ago)
+    producer.produce("stored-zstd", value=b"z" * 1000, key=b"k", headers=[("h", b"v")])
+    assert producer.flush(10) == 0
+    after = int(time.time() * 1000)
+
+    (appended,) = read_all(node.bootstrap, "appended", 1, 1)
+    kind, stamp = appended.timestamp()
+    assert kind == TIMESTAMP_LOG_APPEND_TIME
+    assert before - 1000 <= stamp <= after + 1000
+    (stored,) = read_all(node.bootstrap, "stored-zstd", 1, 1)
+    assert (stored.key(), stored.value(), stored.headers()) == (b"k", b"z" * 1000, [("h", b"v")])
+    segment = next((node.config.parent / "logs" / "stored-zstd-0").glob("*.log"))
+    assert validate_batch(segment.read_bytes()).codec is Codec.ZSTD
+
+    failures: list[KafkaError | None] = []
+    producer.produce(
+        "bounded",
+        value=b"from the future",
+        timestamp=int(time.time() * 1000) + 3_600_000,
+        on_delivery=lambda error, _: failures.append(error),
+    )
+    producer.flush(10)
+    assert [f.code() if f else None for f in failures] == [KafkaError.INVALID_TIMESTAMP]
 
 
 # -- admin ------------------------------------------------------------------------------------
