@@ -8,8 +8,8 @@ STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: install kcat kafka-dist run test test-unit test-integration lint format clean bench-storage \
-	bench-broker
+.PHONY: install kcat kafka-dist run test test-unit test-integration test-e2e lint format clean \
+	bench-storage bench-broker cluster cluster-down cluster-env cluster-build images
 
 install: $(STAMP) kcat
 
@@ -56,6 +56,27 @@ bench-storage: install
 
 bench-broker: kafka-dist
 	$(BIN)/python -m bench.broker $(BENCH_ARGS)
+
+# A real single-node Kubernetes (kind if it works here, else built from the pinned release's Go
+# modules and started as host processes; needs root). Builds are cached in ~/.cache/gregor.
+cluster: install
+	$(BIN)/python -m localkube up
+
+cluster-down: install
+	$(BIN)/python -m localkube down
+
+cluster-env: install
+	@$(BIN)/python -m localkube env
+
+# Only the slow, cacheable part of `make cluster`: compile the binaries (CI's warm-up step).
+cluster-build: install
+	$(BIN)/python -m localkube.build
+
+images: install
+	$(BIN)/python -m localkube.images
+
+test-e2e: install
+	$(BIN)/pytest e2e $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache .hypothesis

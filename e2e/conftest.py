@@ -1,0 +1,136 @@
+"""End-to-end fixtures: a real cluster (brought up, or reused), a namespace per test, and the
+logs and events of a failed test's namespace kept under `var/e2e/`.
+
+The cluster outlives the test session on purpose: bringing it up is the slow part, and
+`make cluster-down` stops it. Set KUBECONFIG to run the suite against another cluster (kind,
+or a real one); otherwise `localkube` brings up (or finds) the local one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from localkube.build import ensure_binaries
+from localkube.cluster import KIND_CLUSTER, KIND_KUBECONFIG, up
+from localkube.config import default_layout
+from localkube.images import (
+    build_project_images,
+    ensure_base_image,
+    load_into_containerd,
+    load_into_kind,
+)
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "var" / "e2e"
+
+Kubectl = Callable[..., str]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(pytest.mark.e2e)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome: Any = yield
+    report = outcome.get_result()
+    if report.when == "call":
+        item.stash[_FAILED] = report.failed
+
+
+_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.fixture(scope="session")
+def kubeconfig() -> Path:
+    given = os.environ.get("KUBECONFIG")
+    if given:
+        return Path(given)
+    return up()
+
+
+@pytest.fixture(scope="session")
+def api(kubeconfig: Path) -> client.ApiClient:
+    api: client.ApiClient = config.new_client_from_config(config_file=str(kubeconfig))  # type: ignore[no-untyped-call]
+    return api
+
+
+@pytest.fixture(scope="session")
+def broker_image(kubeconfig: Path) -> str:
+    """`gregor-broker:dev`, built from this checkout and loaded into the cluster's runtime."""
+    base = ensure_base_image()
+    tags = build_project_images(base, ["broker"])
+    if kubeconfig == KIND_KUBECONFIG:
+        load_into_kind(tags, KIND_CLUSTER)
+    else:
+        load_into_containerd(tags, address=str(default_layout().containerd_socket))
+    return tags[0]
+
+
+@pytest.fixture(scope="session")
+def kubectl(kubeconfig: Path) -> Kubectl:
+    """kubectl against the cluster: `kubectl("get", "pods", namespace=ns)` → stdout; raises
+    with kubectl's message when it fails."""
+    binary = os.environ.get("KUBECTL") or _built_kubectl()
+
+    def run(*args: str, namespace: str | None = None, stdin: str | None = None) -> str:
+        command = [binary, f"--kubeconfig={kubeconfig}"]
+        if namespace is not None:
+            command.append(f"--namespace={namespace}")
+        result = subprocess.run(
+            [*command, *args], input=stdin, capture_output=True, text=True, check=False
+        )
+        if result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)}: {result.stderr or result.stdout}")
+        return result.stdout
+
+    return run
+
+
+@pytest.fixture
+def namespace(
+    request: pytest.FixtureRequest, api: client.ApiClient, kubectl: Kubectl
+) -> Iterator[str]:
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40]
+    name = f"e2e-{slug}-{secrets.token_hex(2)}"
+    core = client.CoreV1Api(api)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    if request.node.stash.get(_FAILED, False):
+        _collect(name, kubectl)
+    core.delete_namespace(name)
+
+
+def _collect(namespace: str, kubectl: Kubectl) -> None:
+    """Events, descriptions and every container's logs of a failed test's namespace."""
+    folder = ARTIFACTS / namespace
+    folder.mkdir(parents=True, exist_ok=True)
+    for file, args in {
+        "events.txt": ("get", "events", "--sort-by=.lastTimestamp"),
+        "describe.txt": ("describe", "all,pvc"),
+        "resources.yaml": ("get", "all,pvc,configmaps", "-o", "yaml"),
+    }.items():
+        try:
+            (folder / file).write_text(kubectl(*args, namespace=namespace))
+        except AssertionError as exc:
+            (folder / file).write_text(str(exc))
+    pods = kubectl("get", "pods", "-o", "name", namespace=namespace).split()
+    for pod in pods:
+        try:
+            logs = kubectl("logs", pod, "--all-containers", "--prefix", namespace=namespace)
+        except AssertionError as exc:
+            logs = str(exc)
+        (folder / f"{pod.replace('/', '-')}.log").write_text(logs)
+
+
+def _built_kubectl() -> str:
+    return str(ensure_binaries(log=lambda _: None).kubectl)

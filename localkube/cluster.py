@@ -1,0 +1,402 @@
+"""`make cluster`: a real single-node Kubernetes on this machine, and `make cluster-down`.
+
+`up` uses kind when kind and Docker work and kind can create its cluster; otherwise it starts
+the control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler), containerd
+(Debian's), the kubelet and kube-proxy as host processes built from the pinned Kubernetes
+release (`localkube.build`), with a bridge pod network, CoreDNS and a default StorageClass.
+Everything it starts is found again by pid file, so `down` stops it from any shell, and `up`
+after `down` starts a fresh cluster (etcd and volumes are wiped; loaded images are kept).
+
+What it owns: the order of things and the waiting. Command lines and config files are in
+`components`, manifests in `addons`, certificates in `pki`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import ssl
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from . import addons, components, processes
+from .build import Binaries, default_cache, ensure_binaries
+from .config import API_SERVICE_IP, BRIDGE, ClusterLayout, default_layout
+from .images import build_cluster_images, ensure_docker, load_into_containerd
+from .pki import Pki, ensure_pki
+from .versions import KUBERNETES_VERSION
+
+__all__ = ["down", "up"]
+
+Log = Callable[[str], None]
+DEBIAN_PACKAGES = {
+    "containerd": "containerd",
+    "runc": "runc",
+    "/usr/lib/cni/bridge": "containernetworking-plugins",
+    "iptables": "iptables",
+    "conntrack": "conntrack",
+    "ebtables": "ebtables",
+}
+KIND_CLUSTER = "gregor"
+KIND_KUBECONFIG = Path.home() / ".kube" / "gregor-kind"
+
+
+def up(log: Log = print) -> Path:
+    """Start the cluster (or find it running); return the kubeconfig's path."""
+    if _kind_works():
+        kubeconfig = _kind_up(log)
+        if kubeconfig is not None:
+            return kubeconfig
+        log("kind could not create its cluster (no node image?): building a local one instead")
+    layout = default_layout()
+    started = time.monotonic()
+    _ensure_packages(log)
+    binaries = ensure_binaries(log=log)
+    log(f"binaries ready ({time.monotonic() - started:.0f} s)")
+    for directory in (layout.state, layout.run, layout.logs, layout.images):
+        directory.mkdir(parents=True, exist_ok=True)
+    pki = ensure_pki(
+        layout.pki,
+        node_name=layout.node_name,
+        node_ip=layout.node_ip,
+        service_ip=API_SERVICE_IP,
+        clients=[*components.CLIENTS, components.kubelet_identity(layout.node_name)],
+    )
+    _write_configs(layout, pki)
+    _host_network()
+    _control_plane(layout, pki, binaries)
+    log(f"control plane ready ({time.monotonic() - started:.0f} s)")
+    images = _node(layout, binaries)
+    log(f"node started ({time.monotonic() - started:.0f} s)")
+    _addons(layout, binaries, images)
+    _wait_ready(layout, binaries)
+    log(f"cluster ready in {time.monotonic() - started:.0f} s; kubeconfig: {layout.kubeconfig}")
+    return layout.kubeconfig
+
+
+def down(log: Log = print) -> None:
+    """Stop everything `up` started and remove the cluster's state (the image store stays)."""
+    if shutil.which("kind") and KIND_CLUSTER in _kind_clusters():
+        subprocess.run(["kind", "delete", "cluster", "--name", KIND_CLUSTER], check=True)
+        return
+    layout = default_layout()
+    pids = layout.run / "pids"
+    for name in ("kube-proxy", "kubelet"):
+        processes.stop(name, pids)
+    _remove_containers(layout)
+    for name in (
+        "containerd",
+        "kube-scheduler",
+        "kube-controller-manager",
+        "kube-apiserver",
+        "etcd",
+    ):
+        processes.stop(name, pids)
+    proxy = _built_binary("kube-proxy")
+    if proxy is not None:
+        subprocess.run([proxy, "--cleanup"], capture_output=True, check=False)
+    _unmount_under(layout.state)
+    _unmount_under(layout.run)
+    _remove_network()
+    shutil.rmtree(layout.state, ignore_errors=True)
+    shutil.rmtree(layout.run, ignore_errors=True)
+    log("local cluster stopped and its state removed")
+
+
+# -- steps of up ------------------------------------------------------------------------------
+
+
+def _ensure_packages(log: Log) -> None:
+    missing = sorted({package for tool, package in DEBIAN_PACKAGES.items() if not _have(tool)})
+    if missing:
+        log(f"installing Debian packages: {' '.join(missing)}")
+        subprocess.run(["apt-get", "install", "-y", "-q", *missing], check=True)
+
+
+def _have(tool: str) -> bool:
+    return Path(tool).exists() if tool.startswith("/") else shutil.which(tool) is not None
+
+
+def _write_configs(layout: ClusterLayout, pki: Pki) -> None:
+    kubeconfigs = {
+        "kubeconfig": ("admin", "kubernetes-admin"),
+        "controller-manager.kubeconfig": ("controller-manager", "system:kube-controller-manager"),
+        "scheduler.kubeconfig": ("scheduler", "system:kube-scheduler"),
+        "kube-proxy.kubeconfig": ("kube-proxy", "system:kube-proxy"),
+        "kubelet.kubeconfig": ("kubelet-client", f"system:node:{layout.node_name}"),
+    }
+    for file, (client, user) in kubeconfigs.items():
+        path = layout.state / file
+        path.write_text(components.kubeconfig(layout, pki, client, user))
+        path.chmod(0o600)
+    (layout.state / "kubelet.json").write_text(
+        json.dumps(components.kubelet_config(layout, pki), indent=2)
+    )
+    cni = layout.state / "cni"
+    cni.mkdir(exist_ok=True)
+    (cni / "10-gregor-local.conflist").write_text(components.cni_config())
+
+
+def _host_network() -> None:
+    """Forwarding on, bridged pod traffic through iptables (Services), and pod traffic allowed
+    through a FORWARD chain that Docker may have set to DROP."""
+    for key, value in (
+        ("net/ipv4/ip_forward", "1"),
+        ("net/bridge/bridge-nf-call-iptables", "1"),
+        ("net/bridge/bridge-nf-call-ip6tables", "1"),
+    ):
+        Path("/proc/sys", key).write_text(value)
+    for direction in ("-i", "-o"):
+        rule = ["FORWARD", direction, BRIDGE, "-j", "ACCEPT"]
+        if subprocess.run(["iptables", "-C", *rule], capture_output=True, check=False).returncode:
+            subprocess.run(["iptables", "-I", *rule], check=True)
+
+
+def _control_plane(layout: ClusterLayout, pki: Pki, binaries: Binaries) -> None:
+    pids = layout.run / "pids"
+    _start("etcd", components.etcd_args(binaries.etcd, layout, pki), layout)
+    processes.wait_for(
+        "health",
+        lambda: _https_ok("https://127.0.0.1:2379/health", pki, "apiserver-etcd-client"),
+        timeout=60,
+        name="etcd",
+        logs=layout.logs,
+        pids=pids,
+    )
+    _start("kube-apiserver", components.apiserver_args(binaries.apiserver, layout, pki), layout)
+    processes.wait_for(
+        "/readyz",
+        lambda: _https_ok(f"{layout.api_server}/readyz", pki, "admin"),
+        timeout=120,
+        name="kube-apiserver",
+        logs=layout.logs,
+        pids=pids,
+    )
+    _start(
+        "kube-controller-manager",
+        components.controller_manager_args(binaries.controller_manager, layout, pki),
+        layout,
+    )
+    _start("kube-scheduler", components.scheduler_args(binaries.scheduler, layout), layout)
+
+
+def _node(layout: ClusterLayout, binaries: Binaries) -> dict[str, str]:
+    pids = layout.run / "pids"
+    ensure_docker()
+    images = build_cluster_images(
+        {
+            "pause": binaries.pause,
+            "coredns": binaries.coredns,
+            "local-path-provisioner": binaries.local_path_provisioner,
+        }
+    )
+    config = layout.state / "containerd.toml"
+    config.write_text(components.containerd_config(layout, images["pause"]))
+    _start("containerd", ["containerd", "--config", config], layout)
+    processes.wait_for(
+        "its socket",
+        lambda: _ctr(layout, "version").returncode == 0,
+        timeout=60,
+        name="containerd",
+        logs=layout.logs,
+        pids=pids,
+    )
+    load_into_containerd(sorted(set(images.values())), address=str(layout.containerd_socket))
+    layout.kubelet_root.mkdir(parents=True, exist_ok=True)
+    layout.local_volumes.mkdir(parents=True, exist_ok=True)
+    _start("kubelet", components.kubelet_args(binaries.kubelet, layout), layout)
+    _start("kube-proxy", components.kube_proxy_args(binaries.kube_proxy, layout), layout)
+    return images
+
+
+def _addons(layout: ClusterLayout, binaries: Binaries, images: dict[str, str]) -> None:
+    manifests = [
+        *addons.coredns(images["coredns"]),
+        *addons.local_path_provisioner(
+            images["local-path-provisioner"], images["helper"], str(layout.local_volumes)
+        ),
+    ]
+    document = json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests})
+    kubectl(binaries, layout, ["apply", "--server-side", "--force-conflicts", "-f", "-"], document)
+
+
+def _wait_ready(layout: ClusterLayout, binaries: Binaries) -> None:
+    kubectl(
+        binaries,
+        layout,
+        ["wait", "--for=condition=Ready", f"node/{layout.node_name}", "--timeout=180s"],
+        retry_until=time.monotonic()
+        + 60,  # the kubelet registers the node a moment after it starts
+    )
+    for namespace, name in (
+        ("kube-system", "coredns"),
+        ("local-path-storage", "local-path-provisioner"),
+    ):
+        kubectl(
+            binaries,
+            layout,
+            ["-n", namespace, "rollout", "status", f"deployment/{name}", "--timeout=180s"],
+        )
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def kubectl(
+    binaries: Binaries,
+    layout: ClusterLayout,
+    args: Sequence[str],
+    stdin: str | None = None,
+    *,
+    retry_until: float | None = None,
+) -> str:
+    """Run kubectl against the local cluster; raise with its output if it fails."""
+    while True:
+        result = subprocess.run(
+            [str(binaries.kubectl), f"--kubeconfig={layout.kubeconfig}", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode == 0:
+            return result.stdout
+        if retry_until is None or time.monotonic() > retry_until:
+            raise RuntimeError(f"kubectl {' '.join(args)} failed:\n{result.stdout}{result.stderr}")
+        time.sleep(1)
+
+
+def _start(name: str, argv: Sequence[str | Path], layout: ClusterLayout) -> None:
+    processes.start(name, argv, logs=layout.logs, pids=layout.run / "pids")
+
+
+def _https_ok(url: str, pki: Pki, client: str) -> bool:
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    context.load_cert_chain(str(pki.cert(client)), str(pki.key(client)))
+    try:
+        with urllib.request.urlopen(url, context=context, timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def _ctr(layout: ClusterLayout, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["ctr", "--address", str(layout.containerd_socket), "--namespace", "k8s.io", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def _remove_containers(layout: ClusterLayout) -> None:
+    """Kill and remove every container and pod sandbox (containerd keeps its images)."""
+    if processes.running("containerd", layout.run / "pids") is None:
+        return
+    for task in _ctr(layout, "tasks", "list", "--quiet").stdout.split():
+        _ctr(layout, "tasks", "kill", "--signal", "SIGKILL", task)
+    deadline = time.monotonic() + 20
+    while _ctr(layout, "tasks", "list", "--quiet").stdout.split() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for task in _ctr(layout, "tasks", "list", "--quiet").stdout.split():
+        _ctr(layout, "tasks", "delete", "--force", task)
+    for container in _ctr(layout, "containers", "list", "--quiet").stdout.split():
+        _ctr(layout, "containers", "delete", container)
+
+
+def _unmount_under(root: Path) -> None:
+    prefix = str(root.resolve()) + "/"
+    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    for mount in sorted((m for m in mounts if m.startswith(prefix)), reverse=True):
+        subprocess.run(["umount", "-l", mount], capture_output=True, check=False)
+
+
+def _remove_network() -> None:
+    subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True, check=False)
+    for direction in ("-i", "-o"):
+        subprocess.run(
+            ["iptables", "-D", "FORWARD", direction, BRIDGE, "-j", "ACCEPT"],
+            capture_output=True,
+            check=False,
+        )
+    # The bridge plugin's masquerade chains (CNI-…), left behind by containers that were killed
+    # rather than torn down through CNI.
+    rules = subprocess.run(
+        ["iptables", "-t", "nat", "-S"], capture_output=True, text=True, check=False
+    ).stdout
+    for line in rules.splitlines():
+        if line.startswith("-A POSTROUTING") and "CNI-" in line:
+            subprocess.run(
+                ["iptables", "-t", "nat", *line.replace("-A", "-D", 1).split()], check=False
+            )
+    for line in rules.splitlines():
+        if line.startswith("-N CNI-"):
+            chain = line.split()[1]
+            subprocess.run(["iptables", "-t", "nat", "-F", chain], check=False)
+            subprocess.run(["iptables", "-t", "nat", "-X", chain], check=False)
+    shutil.rmtree(Path("/var/lib/cni/networks/gregor-local"), ignore_errors=True)
+
+
+def _built_binary(name: str) -> Path | None:
+    """A Kubernetes binary if it was built, without building it (for `down`)."""
+    path = default_cache() / "localkube" / f"kubernetes-{KUBERNETES_VERSION}" / "bin" / name
+    return path if path.exists() else None
+
+
+# -- kind -----------------------------------------------------------------------------------------
+
+
+def _kind_clusters() -> list[str]:
+    result = subprocess.run(
+        ["kind", "get", "clusters"], capture_output=True, text=True, check=False
+    )
+    return result.stdout.split() if result.returncode == 0 else []
+
+
+def _kind_works() -> bool:
+    if shutil.which("kind") is None or shutil.which("docker") is None:
+        return False
+    return subprocess.run(["docker", "info"], capture_output=True, check=False).returncode == 0
+
+
+def _kind_up(log: Log) -> Path | None:
+    """The kind cluster's kubeconfig, creating the cluster if needed; None if kind cannot."""
+    kubeconfig = KIND_KUBECONFIG
+    if KIND_CLUSTER not in _kind_clusters():
+        log("creating a kind cluster")
+        created = subprocess.run(
+            [
+                "kind",
+                "create",
+                "cluster",
+                "--name",
+                KIND_CLUSTER,
+                "--kubeconfig",
+                str(kubeconfig),
+                "--wait",
+                "120s",
+            ],
+            check=False,
+        )
+        if created.returncode != 0:
+            return None
+    return kubeconfig
+
+
+def status(layout: ClusterLayout | None = None) -> dict[str, Any]:
+    """Which of the cluster's processes run, by name (for `python -m localkube status`)."""
+    layout = layout or default_layout()
+    names = (
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "containerd",
+        "kubelet",
+        "kube-proxy",
+    )
+    return {name: processes.running(name, layout.run / "pids") for name in names}
