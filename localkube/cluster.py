@@ -217,7 +217,7 @@ def _addons(layout: ClusterLayout, binaries: Binaries, images: dict[str, str]) -
     manifests = [
         *addons.coredns(images["coredns"]),
         *addons.local_path_provisioner(
-            images["local-path-provisioner"], images["helper"], str(layout.local_volumes)
+            images["local-path-provisioner"], images["local-path-helper"], str(layout.local_volumes)
         ),
     ]
     document = json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests})
