@@ -24,11 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from . import addons, components, processes
-from .build import Binaries, default_cache, ensure_binaries
+from .build import Binaries, built_binaries, ensure_binaries
 from .config import API_SERVICE_IP, BRIDGE, ClusterLayout, default_layout
 from .images import build_cluster_images, ensure_docker, load_into_containerd
 from .pki import Pki, ensure_pki
-from .versions import KUBERNETES_VERSION
 
 __all__ = ["down", "up"]
 
@@ -96,9 +95,9 @@ def down(log: Log = print) -> None:
         "etcd",
     ):
         processes.stop(name, pids)
-    proxy = _built_binary("kube-proxy")
-    if proxy is not None:
-        subprocess.run([proxy, "--cleanup"], capture_output=True, check=False)
+    built = built_binaries()
+    if built is not None:
+        subprocess.run([built.kube_proxy, "--cleanup"], capture_output=True, check=False)
     _unmount_under(layout.state)
     _unmount_under(layout.run)
     _remove_network()
@@ -339,12 +338,6 @@ def _remove_network() -> None:
             subprocess.run(["iptables", "-t", "nat", "-F", chain], check=False)
             subprocess.run(["iptables", "-t", "nat", "-X", chain], check=False)
     shutil.rmtree(Path("/var/lib/cni/networks/gregor-local"), ignore_errors=True)
-
-
-def _built_binary(name: str) -> Path | None:
-    """A Kubernetes binary if it was built, without building it (for `down`)."""
-    path = default_cache() / "localkube" / f"kubernetes-{KUBERNETES_VERSION}" / "bin" / name
-    return path if path.exists() else None
 
 
 # -- kind -----------------------------------------------------------------------------------------

@@ -131,14 +131,21 @@ def apiserver_args(apiserver: Path, layout: ClusterLayout, pki: Pki) -> list[str
     ]
 
 
+def _identity_flags(kubeconfig: Path) -> list[str]:
+    """A control-plane component's own kubeconfig, also for checking who calls its secure port
+    (bound to loopback only)."""
+    return [
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1",
+    ]
+
+
 def controller_manager_args(binary: Path, layout: ClusterLayout, pki: Pki) -> list[str | Path]:
-    config = layout.state / "controller-manager.kubeconfig"
     return [
         binary,
-        f"--kubeconfig={config}",
-        f"--authentication-kubeconfig={config}",
-        f"--authorization-kubeconfig={config}",
-        "--bind-address=127.0.0.1",
+        *_identity_flags(layout.state / "controller-manager.kubeconfig"),
         f"--client-ca-file={pki.ca}",
         f"--cluster-signing-cert-file={pki.ca}",
         f"--cluster-signing-key-file={pki.key('ca')}",
@@ -155,13 +162,9 @@ def controller_manager_args(binary: Path, layout: ClusterLayout, pki: Pki) -> li
 
 
 def scheduler_args(binary: Path, layout: ClusterLayout) -> list[str | Path]:
-    config = layout.state / "scheduler.kubeconfig"
     return [
         binary,
-        f"--kubeconfig={config}",
-        f"--authentication-kubeconfig={config}",
-        f"--authorization-kubeconfig={config}",
-        "--bind-address=127.0.0.1",
+        *_identity_flags(layout.state / "scheduler.kubeconfig"),
         "--leader-elect=false",
         "--v=1",
     ]

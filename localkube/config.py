@@ -24,8 +24,9 @@ BRIDGE = "gregor0"
 
 
 def cache_dir() -> Path:
-    """Builds and downloads, kept across `make clean` and `make cluster-down`."""
-    return Path(os.environ.get("GREGOR_CACHE", Path.home() / ".cache" / "gregor"))
+    """The project's cache root, `${GREGOR_CACHE:-~/.cache/gregor}`: builds and downloads, kept
+    across `make clean` and `make cluster-down`."""
+    return Path(os.environ.get("GREGOR_CACHE") or Path.home() / ".cache" / "gregor").expanduser()
 
 
 @dataclass(frozen=True)

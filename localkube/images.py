@@ -20,18 +20,18 @@ import contextlib
 import hashlib
 import logging
 import os
-import posixpath
-import re
-import shlex
 import shutil
 import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
+
+from . import config
+from .context import context_files, dockerfile_args, parse_dockerignore
+from .processes import log_tail
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +69,7 @@ class ImageError(RuntimeError):
 
 def cache_dir() -> Path:
     """`${GREGOR_CACHE:-~/.cache/gregor}/images`: rootfs tarballs and logs, outside the repo."""
-    root = os.environ.get("GREGOR_CACHE") or str(Path.home() / ".cache" / "gregor")
-    path = Path(root).expanduser() / "images"
+    path = config.cache_dir() / "images"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -86,123 +85,6 @@ def images_dir() -> Path:
 def cluster_image_dir() -> Path:
     """Where the Dockerfiles of the local cluster's images live, one folder per role."""
     return images_dir() / "cluster"
-
-
-# Pure helpers --------------------------------------------------------------------------------
-
-
-def dockerfile_args(text: str) -> dict[str, str | None]:
-    """The ARG declarations of a Dockerfile, by name, with their defaults (None: no default).
-
-    Handles line continuations, comments and quoting; a name declared twice keeps its first
-    default, as the first declaration is the one before FROM that the FROM line sees.
-    """
-    logical: list[str] = []
-    pending = ""
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not pending and (not line or line.startswith("#")):
-            continue
-        if line.endswith("\\"):
-            pending += line[:-1] + " "
-            continue
-        logical.append(pending + line)
-        pending = ""
-    if pending:
-        logical.append(pending)
-    args: dict[str, str | None] = {}
-    for line in logical:
-        instruction, _, rest = line.partition(" ")
-        if instruction.upper() != "ARG":
-            continue
-        for word in shlex.split(rest, comments=False):
-            name, sep, default = word.partition("=")
-            args.setdefault(name, default if sep else None)
-    return args
-
-
-@dataclass(frozen=True, slots=True)
-class IgnoreRule:
-    """One line of a .dockerignore: a path pattern, and whether it excludes or re-includes."""
-
-    pattern: re.Pattern[str]
-    excludes: bool
-
-
-def parse_dockerignore(text: str) -> tuple[IgnoreRule, ...]:
-    """Docker's .dockerignore rules: `*`, `?` and `[...]` within one path segment, `**` across
-    segments, a leading `!` re-includes, the last matching line wins, and a pattern that names a
-    directory covers everything below it."""
-    rules = []
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        excludes = not line.startswith("!")
-        if not excludes:
-            line = line[1:].strip()
-        line = posixpath.normpath(line).lstrip("/")
-        rules.append(IgnoreRule(re.compile(_pattern_regex(line)), excludes))
-    return tuple(rules)
-
-
-def _pattern_regex(pattern: str) -> str:
-    out = []
-    i = 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif pattern[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif pattern[i] == "?":
-            out.append("[^/]")
-            i += 1
-        elif pattern[i] == "[" and (end := pattern.find("]", i + 2)) != -1:
-            body = pattern[i + 1 : end]
-            negate = body[:1] in ("!", "^")
-            body = body[1:] if negate else body
-            out.append("[" + ("^" if negate else "") + body.replace("\\", "\\\\") + "]")
-            i = end + 1
-        elif pattern[i] == "\\" and i + 1 < len(pattern):
-            out.append(re.escape(pattern[i + 1]))
-            i += 2
-        else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return "^" + "".join(out) + "(?:/.*)?$"
-
-
-def is_ignored(path: str, rules: Sequence[IgnoreRule]) -> bool:
-    """Whether `path` (relative to the context, `/`-separated) stays out of the build context."""
-    ignored = False
-    for rule in rules:
-        if rule.pattern.match(path):
-            ignored = rule.excludes
-    return ignored
-
-
-def context_files(root: Path, rules: Sequence[IgnoreRule]) -> Iterator[tuple[str, Path]]:
-    """The files (and symlinks) of a build context rooted at `root`, as (name in context, path),
-    in a stable order. Ignored directories are not walked unless a `!` rule could re-include
-    something."""
-    prune = all(rule.excludes for rule in rules)
-    for directory, dirnames, filenames in os.walk(root):
-        here = Path(directory)
-        relative = here.relative_to(root).as_posix()
-        prefix = "" if relative == "." else relative + "/"
-        if prune:
-            dirnames[:] = [d for d in dirnames if not is_ignored(prefix + d, rules)]
-        dirnames.sort()
-        # os.walk does not descend into symlinked directories: keep them as links, as Docker does.
-        links = [d for d in dirnames if (here / d).is_symlink()]
-        for name in sorted(filenames + links):
-            if not is_ignored(prefix + name, rules):
-                yield prefix + name, here / name
 
 
 def image_tag_for(binary: Path) -> str:
@@ -237,13 +119,6 @@ def _daemon_error() -> str | None:
     except subprocess.TimeoutExpired:
         return "docker info did not answer within 30 s"
     return None if result.returncode == 0 else (result.stderr.strip() or "docker info failed")
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 def ensure_docker(timeout: float = 60.0) -> None:
@@ -284,7 +159,7 @@ def ensure_docker(timeout: float = 60.0) -> None:
         if process.poll() is not None:
             raise ImageError(
                 f"dockerd exited with status {process.returncode}; its log, {log_path}, "
-                f"ends with:\n{_tail(log_path)}"
+                f"ends with:\n{log_tail(log_path, 20)}"
             )
         time.sleep(0.5)
     raise ImageError(f"dockerd did not answer within {timeout:.0f}s; see {log_path}")
@@ -470,7 +345,9 @@ def rootfs_tarball() -> Path:
         )
     if result.returncode != 0:
         _remove_rootfs(root)
-        raise ImageError(f"debootstrap failed; its log, {log_path}, ends with:\n{_tail(log_path)}")
+        raise ImageError(
+            f"debootstrap failed; its log, {log_path}, ends with:\n{log_tail(log_path, 20)}"
+        )
     _finish_rootfs(root)
     partial = tarball.with_suffix(".partial")
     subprocess.run(

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-__all__ = ["ProcessError", "running", "start", "stop", "wait_for"]
+__all__ = ["ProcessError", "log_tail", "running", "start", "stop", "wait_for"]
 
 
 class ProcessError(RuntimeError):
@@ -79,9 +79,11 @@ def wait_for(
         if ready():
             return
         if running(name, pids) is None:
-            raise ProcessError(f"{name} exited before {what}:\n{_tail(logs / f'{name}.log')}")
+            raise ProcessError(f"{name} exited before {what}:\n{log_tail(logs / f'{name}.log')}")
         time.sleep(0.25)
-    raise ProcessError(f"{name}: no {what} within {timeout:.0f} s:\n{_tail(logs / f'{name}.log')}")
+    raise ProcessError(
+        f"{name}: no {what} within {timeout:.0f} s:\n{log_tail(logs / f'{name}.log')}"
+    )
 
 
 def _signal(pid: int, signum: int) -> None:
@@ -97,8 +99,9 @@ def _is_zombie(pid: int) -> bool:
     return fields[0] == "Z"
 
 
-def _tail(path: Path, lines: int = 25) -> str:
+def log_tail(path: Path, lines: int = 25) -> str:
+    """The last `lines` of a log, for error messages."""
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except FileNotFoundError:
+    except OSError:
         return f"(no log at {path})"

@@ -13,7 +13,13 @@ import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from broker.storage.config import LONG_MAX, InvalidConfig, LogConfig
+from broker.storage.config import (
+    COMPRESSION_TYPES,
+    LONG_MAX,
+    TIMESTAMP_TYPES,
+    InvalidConfig,
+    LogConfig,
+)
 
 __all__ = [
     "BROKER_DYNAMIC",
@@ -115,7 +121,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             ConfigType.STRING,
             "producer",
             "compression.type",
-            _one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
+            _one_of(*COMPRESSION_TYPES),
             "The codec batches are stored with; producer keeps the producer's.",
         ),
         ConfigDef(
@@ -179,7 +185,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             ConfigType.STRING,
             "CreateTime",
             "log.message.timestamp.type",
-            _one_of("CreateTime", "LogAppendTime"),
+            _one_of(*TIMESTAMP_TYPES),
             "CreateTime keeps the producer's timestamps; LogAppendTime stamps the broker's.",
         ),
         ConfigDef(

@@ -11,9 +11,30 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["LONG_MAX", "InvalidConfig", "LogConfig"]
+from broker.protocol.compression import Codec
+
+__all__ = [
+    "COMPRESSION_CODECS",
+    "COMPRESSION_TYPES",
+    "LONG_MAX",
+    "TIMESTAMP_TYPES",
+    "InvalidConfig",
+    "LogConfig",
+]
 
 LONG_MAX = 2**63 - 1
+COMPRESSION_CODECS = {
+    "uncompressed": Codec.NONE,
+    "zstd": Codec.ZSTD,
+    "lz4": Codec.LZ4,
+    "snappy": Codec.SNAPPY,
+    "gzip": Codec.GZIP,
+}
+"""`compression.type` values that name a codec, in Kafka's order."""
+COMPRESSION_TYPES = (*COMPRESSION_CODECS, "producer")
+"""Every `compression.type`: a codec, or `producer` (keep the producer's)."""
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+"""Every `message.timestamp.type`."""
 
 
 class InvalidConfig(ValueError):
@@ -177,11 +198,8 @@ _PROPERTIES: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "delete.retention.ms": ("delete_retention_ms", _long(0)),
     "file.delete.delay.ms": ("file_delete_delay_ms", _long(0)),
     "max.message.bytes": ("max_message_bytes", _long(0)),
-    "compression.type": (
-        "compression_type",
-        _one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
-    ),
-    "message.timestamp.type": ("message_timestamp_type", _one_of("CreateTime", "LogAppendTime")),
+    "compression.type": ("compression_type", _one_of(*COMPRESSION_TYPES)),
+    "message.timestamp.type": ("message_timestamp_type", _one_of(*TIMESTAMP_TYPES)),
     "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", _long(0)),
     "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", _long(0)),
 }

@@ -25,18 +25,10 @@ from broker.protocol.records import (
     set_log_append_time,
 )
 
-from .config import LONG_MAX, LogConfig
+from .config import COMPRESSION_CODECS, LONG_MAX, LogConfig
 from .errors import CorruptRecordError, InvalidTimestamp
 
 __all__ = ["check_max_timestamp", "prepare"]
-
-CODECS = {
-    "uncompressed": Codec.NONE,
-    "gzip": Codec.GZIP,
-    "snappy": Codec.SNAPPY,
-    "lz4": Codec.LZ4,
-    "zstd": Codec.ZSTD,
-}
 
 
 def prepare(records: bytes, config: LogConfig, now_ms: int) -> bytes:
@@ -49,7 +41,7 @@ def prepare(records: bytes, config: LogConfig, now_ms: int) -> bytes:
                 check_max_timestamp(view, position, header, config, now_ms)
                 if config.message_timestamp_before_max_ms != LONG_MAX:
                     _check_each_timestamp(view, position, header, config, now_ms)
-        target = CODECS.get(config.compression_type)
+        target = COMPRESSION_CODECS.get(config.compression_type)
         if target is not None and any(h.codec is not target for _, h in batches):
             records = b"".join(_in_codec(view, p, h, target) for p, h in batches)
         if config.log_append_time:

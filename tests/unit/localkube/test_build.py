@@ -9,7 +9,7 @@ from typing import NoReturn
 
 import pytest
 
-from localkube import build
+from localkube import build, gomod
 
 UPSTREAM = """\
 // A release's go.mod, trimmed: siblings live in directories of the same repository.
@@ -44,7 +44,7 @@ replace example.org/single => ./single
 
 
 def wrapper() -> str:
-    return build.wrapper_go_mod(
+    return gomod.wrapper_go_mod(
         wrapper="localkube.gregor.invalid/big",
         upstream=UPSTREAM,
         module="example.org/big",
@@ -78,7 +78,7 @@ def test_wrapper_keeps_go_line_godebug_excludes_and_module_replacements() -> Non
 
 
 def test_parse_go_mod_flattens_blocks_and_drops_comments() -> None:
-    directives = build.parse_go_mod(UPSTREAM)
+    directives = gomod.parse_go_mod(UPSTREAM)
     assert ("require", "example.org/client v0.0.0") in directives
     assert ("replace", "example.org/client => ../client") in directives
     assert ("module", "example.org/big") in directives

@@ -8,17 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from localkube.images import (
-    UPSTREAM_BASE,
-    cluster_image_dir,
-    context_files,
-    dockerfile_args,
-    image_tag_for,
-    images_dir,
-    is_ignored,
-    parse_dockerignore,
-    repo_root,
-)
+from localkube.context import context_files, dockerfile_args, is_ignored, parse_dockerignore
+from localkube.images import UPSTREAM_BASE, cluster_image_dir, image_tag_for, images_dir, repo_root
 
 
 @pytest.mark.parametrize("name", ["broker", "operator", "spark"])

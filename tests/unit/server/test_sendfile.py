@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from broker.server.sendfile import RegionTruncated, send_region
-from broker.storage import FileSlice
+from broker.storage import FileSlice, PinnedSlice
 
 
 def in_loop(test: Callable[[Path], Coroutine[Any, Any, None]]) -> Callable[[Path], None]:
@@ -48,9 +48,12 @@ async def connected(
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     transport = await accepted
     if send_buffer is not None:
+        # Both ends small, so that what the test sends cannot all sit in kernel buffers
+        # (receive buffers autotune up to net.ipv4.tcp_rmem's maximum otherwise).
         transport.get_extra_info("socket").setsockopt(
             socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer
         )
+        writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, send_buffer)
     try:
         yield transport, reader
     finally:
@@ -60,19 +63,21 @@ async def connected(
         await server.wait_closed()
 
 
-def data_file(tmp_path: Path, size: int) -> tuple[Path, bytes]:
+def pinned(tmp_path: Path, size: int, start: int, length: int) -> tuple[PinnedSlice, bytes]:
+    """A segment-like file of `size` random bytes and a pinned slice of it; the file's own
+    descriptor is closed, as a segment's may be while the slice waits to be sent."""
     content = os.urandom(size)
     path = tmp_path / "00000000000000000000.log"
     path.write_bytes(content)
-    return path, content
+    fd = os.open(path, os.O_RDONLY)
+    region = FileSlice(fd, start, length).pin()
+    os.close(fd)
+    return region, content
 
 
 @in_loop
 async def test_a_region_is_sent_whole(tmp_path: Path) -> None:
-    path, content = data_file(tmp_path, 64 * 1024)
-    fd = os.open(path, os.O_RDONLY)
-    region = FileSlice(fd, 1000, 30_000).pin()
-    os.close(fd)
+    region, content = pinned(tmp_path, 64 * 1024, 1000, 30_000)
     async with connected() as (transport, reader):
         await send_region(transport, region)
         assert await reader.readexactly(30_000) == content[1000:31_000]
@@ -84,10 +89,7 @@ async def test_a_region_larger_than_the_socket_buffer_waits_for_the_reader(
     tmp_path: Path,
 ) -> None:
     size = 8 * 1024 * 1024
-    path, content = data_file(tmp_path, size)
-    fd = os.open(path, os.O_RDONLY)
-    region = FileSlice(fd, 0, size).pin()
-    os.close(fd)
+    region, content = pinned(tmp_path, size, 0, size)
     async with connected(send_buffer=128 * 1024) as (transport, reader):
         sending = asyncio.ensure_future(send_region(transport, region))
         await asyncio.sleep(0.05)
@@ -100,10 +102,8 @@ async def test_a_region_larger_than_the_socket_buffer_waits_for_the_reader(
 
 @in_loop
 async def test_buffered_bytes_go_before_the_region(tmp_path: Path) -> None:
-    path, content = data_file(tmp_path, 4 * 1024 * 1024)
-    fd = os.open(path, os.O_RDONLY)
-    region = FileSlice(fd, 0, len(content)).pin()
-    os.close(fd)
+    size = 4 * 1024 * 1024
+    region, content = pinned(tmp_path, size, 0, size)
     header = os.urandom(4 * 1024 * 1024)
     async with connected(send_buffer=128 * 1024) as (transport, reader):
         transport.write(header)
@@ -118,11 +118,8 @@ async def test_buffered_bytes_go_before_the_region(tmp_path: Path) -> None:
 @in_loop
 async def test_a_pinned_region_outlives_its_file(tmp_path: Path) -> None:
     """Retention or compaction may delete a segment while its bytes wait for the socket."""
-    path, content = data_file(tmp_path, 100_000)
-    fd = os.open(path, os.O_RDONLY)
-    region = FileSlice(fd, 10, 50_000).pin()
-    os.close(fd)
-    path.unlink()
+    region, content = pinned(tmp_path, 100_000, 10, 50_000)
+    (tmp_path / "00000000000000000000.log").unlink()
     async with connected() as (transport, reader):
         await send_region(transport, region)
         assert await reader.readexactly(50_000) == content[10:50_010]
@@ -131,10 +128,7 @@ async def test_a_pinned_region_outlives_its_file(tmp_path: Path) -> None:
 
 @in_loop
 async def test_a_file_shorter_than_its_region_is_an_error(tmp_path: Path) -> None:
-    path, _ = data_file(tmp_path, 1000)
-    fd = os.open(path, os.O_RDONLY)
-    region = FileSlice(fd, 0, 5000).pin()
-    os.close(fd)
+    region, _ = pinned(tmp_path, 1000, 0, 5000)
     async with connected() as (transport, _reader):
         with pytest.raises(RegionTruncated, match="4000 bytes before"):
             await send_region(transport, region)

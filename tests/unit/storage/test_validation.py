@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from broker.protocol import Codec
@@ -164,4 +162,4 @@ def test_only_non_default_settings_take_the_rewriting_path() -> None:
         ("message.timestamp.type", "LogAppendTime"),
         ("message.timestamp.before.max.ms", "100"),
     ]:
-        assert dataclasses.replace(config(**{key: value})).rewrites_batches
+        assert config(**{key: value}).rewrites_batches
