@@ -32,8 +32,11 @@ $(STAMP): pyproject.toml
 run: install
 	$(BIN)/gregor local up --data-dir var/local --port 9092
 
+# The whole suite: lint, unit and integration (tests/), then the e2e tier (e2e/) on the local
+# cluster, which it brings up (or reuses) and leaves running for the next run.
 test: install lint
 	$(BIN)/pytest $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory test-e2e
 
 test-unit: install
 	$(BIN)/pytest -m unit $(PYTEST_ARGS)
@@ -72,10 +75,11 @@ cluster-env: install
 cluster-build: install
 	$(BIN)/python -m localkube.build
 
+# gregor-broker, gregor-operator and gregor-spark (:dev), loaded into the cluster if one runs.
 images: install
-	$(BIN)/python -m localkube.images
+	$(BIN)/python -m localkube images
 
-test-e2e: install
+test-e2e: cluster images
 	$(BIN)/pytest e2e $(PYTEST_ARGS)
 
 clean:

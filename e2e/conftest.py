@@ -2,8 +2,10 @@
 logs and events of a failed test's namespace kept under `var/e2e/`.
 
 The cluster outlives the test session on purpose: bringing it up is the slow part, and
-`make cluster-down` stops it. Set KUBECONFIG to run the suite against another cluster (kind,
-or a real one); otherwise `localkube` brings up (or finds) the local one.
+`make cluster-down` stops it. Set GREGOR_E2E_KUBECONFIG to run the suite against another
+cluster (the images it needs must then be there already); otherwise `localkube` brings up
+(or finds) the local one. A KUBECONFIG of your own is never used, so `make test` cannot touch
+a cluster you work with.
 """
 
 from __future__ import annotations
@@ -20,14 +22,8 @@ import pytest
 from kubernetes import client, config
 
 from localkube.build import ensure_binaries
-from localkube.cluster import KIND_CLUSTER, KIND_KUBECONFIG, up
-from localkube.config import default_layout
-from localkube.images import (
-    build_project_images,
-    ensure_base_image,
-    load_into_containerd,
-    load_into_kind,
-)
+from localkube.cluster import load_images, up
+from localkube.images import build_project_images, ensure_base_image
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "var" / "e2e"
 
@@ -35,8 +31,10 @@ Kubectl = Callable[..., str]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
     for item in items:
-        item.add_marker(pytest.mark.e2e)
+        if item.path.is_relative_to(here):
+            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -52,7 +50,7 @@ _FAILED = pytest.StashKey[bool]()
 
 @pytest.fixture(scope="session")
 def kubeconfig() -> Path:
-    given = os.environ.get("KUBECONFIG")
+    given = os.environ.get("GREGOR_E2E_KUBECONFIG")
     if given:
         return Path(given)
     return up()
@@ -65,15 +63,28 @@ def api(kubeconfig: Path) -> client.ApiClient:
 
 
 @pytest.fixture(scope="session")
+def python_image(kubeconfig: Path) -> str:
+    """The project's Python base image (`gregor/python:3.11-bookworm`), loaded into the
+    cluster's runtime: a small server or client for a test's own pods."""
+    tag = ensure_base_image()
+    _load([tag], kubeconfig)
+    return tag
+
+
+@pytest.fixture(scope="session")
 def broker_image(kubeconfig: Path) -> str:
     """`gregor-broker:dev`, built from this checkout and loaded into the cluster's runtime."""
-    base = ensure_base_image()
-    tags = build_project_images(base, ["broker"])
-    if kubeconfig == KIND_KUBECONFIG:
-        load_into_kind(tags, KIND_CLUSTER)
-    else:
-        load_into_containerd(tags, address=str(default_layout().containerd_socket))
+    tags = build_project_images(ensure_base_image(), ["broker"])
+    _load(tags, kubeconfig)
     return tags[0]
+
+
+def _load(tags: list[str], kubeconfig: Path) -> None:
+    if load_images(tags, log=lambda _: None) is None:
+        raise RuntimeError(
+            f"{kubeconfig} is not a cluster `make cluster` made: load {', '.join(tags)} into it"
+            " yourself"
+        )
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,6 @@ import json
 from e2e.conftest import Kubectl
 
 TIMEOUT = "180s"
-HELPER = "gregor/python:3.11-bookworm"
 BROKER_START = (
     "printf 'node.id=1\\nlisteners=PLAINTEXT://0.0.0.0:9092\\n"
     "advertised.listeners=PLAINTEXT://broker:9092\\nlog.dirs=/tmp/gregor\\n'"
@@ -64,7 +63,9 @@ def test_a_deployment_of_the_broker_image_becomes_ready(
     kubectl("rollout", "status", "deployment/broker", f"--timeout={TIMEOUT}", namespace=namespace)
 
 
-def test_statefulset_dns_volumes_and_services(kubectl: Kubectl, namespace: str) -> None:
+def test_statefulset_dns_volumes_and_services(
+    kubectl: Kubectl, namespace: str, python_image: str
+) -> None:
     labels = {"app": "web"}
     serve = (
         "test -f /data/token || head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \\n' > /data/token; "
@@ -99,7 +100,7 @@ def test_statefulset_dns_volumes_and_services(kubectl: Kubectl, namespace: str) 
                         "containers": [
                             {
                                 "name": "web",
-                                "image": HELPER,
+                                "image": python_image,
                                 "imagePullPolicy": "Never",
                                 "command": ["sh", "-c", serve],
                                 "readinessProbe": {

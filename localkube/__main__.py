@@ -1,5 +1,5 @@
-"""`python -m localkube up|down|env|status`: what `make cluster`, `make cluster-down` and
-`make cluster-env` run."""
+"""`python -m localkube up|down|env|status|images`: what `make cluster`, `make cluster-down`,
+`make cluster-env` and `make images` run."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ import argparse
 import json
 import sys
 
-from .cluster import KIND_KUBECONFIG, down, status, up
+from .cluster import KIND_KUBECONFIG, down, load_images, status, up
 from .config import default_layout
+from .images import PROJECT_IMAGES, build_project_images, ensure_base_image
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m localkube", description=__doc__)
-    parser.add_argument("command", choices=("up", "down", "env", "status"))
+    parser.add_argument("command", choices=("up", "down", "env", "status", "images"))
     arguments = parser.parse_args(argv)
     if arguments.command == "up":
         kubeconfig = up()
@@ -25,6 +26,10 @@ def main(argv: list[str] | None = None) -> int:
         if not kubeconfig.exists() and KIND_KUBECONFIG.exists():
             kubeconfig = KIND_KUBECONFIG
         print(f"export KUBECONFIG={kubeconfig}")
+    elif arguments.command == "images":
+        tags = build_project_images(ensure_base_image(), PROJECT_IMAGES)
+        if load_images(tags) is None:
+            print(f"built {', '.join(tags)}; no cluster runs, so nothing was loaded")
     else:
         print(json.dumps(status(), indent=2))
     return 0

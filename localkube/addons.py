@@ -17,6 +17,8 @@ __all__ = ["coredns", "local_path_provisioner"]
 
 Manifest = dict[str, Any]
 
+LOCAL_PATH_ACCOUNT = "local-path-provisioner"
+
 
 def _deployment(
     namespace: str, name: str, account: str, container: Manifest, volumes: list[Manifest]
@@ -182,6 +184,9 @@ def local_path_provisioner(image: str, helper_image: str, volumes: str) -> list[
             "/etc/config/config.json",
             "--helper-image",
             helper_image,
+            # Its helper pods (mkdir / rm of each volume) run under this account too.
+            "--service-account-name",
+            LOCAL_PATH_ACCOUNT,
         ],
         "env": [
             {
@@ -208,7 +213,7 @@ def local_path_provisioner(image: str, helper_image: str, volumes: str) -> list[
     ]
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-        *_account(namespace, "local-path-provisioner", rules),
+        *_account(namespace, LOCAL_PATH_ACCOUNT, rules),
         {
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -223,7 +228,7 @@ def local_path_provisioner(image: str, helper_image: str, volumes: str) -> list[
         _deployment(
             namespace,
             "local-path-provisioner",
-            "local-path-provisioner",
+            LOCAL_PATH_ACCOUNT,
             container,
             [{"name": "config", "configMap": {"name": "local-path-config"}}],
         ),

@@ -13,7 +13,9 @@ What it owns: the order of things and the waiting. Command lines and config file
 
 from __future__ import annotations
 
+import itertools
 import json
+import shlex
 import shutil
 import ssl
 import subprocess
@@ -26,7 +28,7 @@ from typing import Any
 from . import addons, components, processes
 from .build import Binaries, built_binaries, ensure_binaries
 from .config import API_SERVICE_IP, BRIDGE, ClusterLayout, default_layout
-from .images import build_cluster_images, ensure_docker, load_into_containerd
+from .images import build_cluster_images, ensure_docker, load_into_containerd, load_into_kind
 from .pki import Pki, ensure_pki
 
 __all__ = ["down", "up"]
@@ -73,6 +75,7 @@ def up(log: Log = print) -> Path:
     log(f"node started ({time.monotonic() - started:.0f} s)")
     _addons(layout, binaries, images)
     _wait_ready(layout, binaries)
+    _offer_kubectl(binaries.kubectl, log)
     log(f"cluster ready in {time.monotonic() - started:.0f} s; kubeconfig: {layout.kubeconfig}")
     return layout.kubeconfig
 
@@ -107,6 +110,17 @@ def down(log: Log = print) -> None:
 
 
 # -- steps of up ------------------------------------------------------------------------------
+
+
+KUBECTL_LINK = Path("/usr/local/bin/kubectl")
+
+
+def _offer_kubectl(built: Path, log: Log) -> None:
+    """Put the release's kubectl on PATH when the machine has none, so `kubectl get nodes`
+    works right after `make cluster`; a kubectl already there is left alone."""
+    if shutil.which("kubectl") is None and not KUBECTL_LINK.is_symlink():
+        KUBECTL_LINK.symlink_to(built)
+        log(f"kubectl: {KUBECTL_LINK} -> {built}")
 
 
 def _ensure_packages(log: Log) -> None:
@@ -183,6 +197,18 @@ def _control_plane(layout: ClusterLayout, pki: Pki, binaries: Binaries) -> None:
     _start("kube-scheduler", components.scheduler_args(binaries.scheduler, layout), layout)
 
 
+CAP_SYS_RESOURCE = 24
+
+
+def may_lower_oom_scores(status: Path = Path("/proc/self/status")) -> bool:
+    """Whether this process holds CAP_SYS_RESOURCE, which lowering an oom_score_adj needs.
+    Some sandboxed VMs withhold it even from root."""
+    for line in status.read_text().splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> CAP_SYS_RESOURCE & 1)
+    return False
+
+
 def _node(layout: ClusterLayout, binaries: Binaries) -> dict[str, str]:
     pids = layout.run / "pids"
     ensure_docker()
@@ -194,7 +220,11 @@ def _node(layout: ClusterLayout, binaries: Binaries) -> dict[str, str]:
         }
     )
     config = layout.state / "containerd.toml"
-    config.write_text(components.containerd_config(layout, images["pause"]))
+    config.write_text(
+        components.containerd_config(
+            layout, images["pause"], restrict_oom_score_adj=not may_lower_oom_scores()
+        )
+    )
     _start("containerd", ["containerd", "--config", config], layout)
     processes.wait_for(
         "its socket",
@@ -293,9 +323,13 @@ def _ctr(layout: ClusterLayout, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _remove_containers(layout: ClusterLayout) -> None:
-    """Kill and remove every container and pod sandbox (containerd keeps its images)."""
+    """Kill and remove every container and pod sandbox (containerd keeps its images), and the
+    sandboxes' network namespaces with them: killed rather than stopped through the CRI, their
+    pods never get CNI's teardown."""
     if processes.running("containerd", layout.run / "pids") is None:
         return
+    containers = _ctr(layout, "containers", "list", "--quiet").stdout.split()
+    namespaces = {path for c in containers if (path := _network_namespace(layout, c))}
     for task in _ctr(layout, "tasks", "list", "--quiet").stdout.split():
         _ctr(layout, "tasks", "kill", "--signal", "SIGKILL", task)
     deadline = time.monotonic() + 20
@@ -303,8 +337,26 @@ def _remove_containers(layout: ClusterLayout) -> None:
         time.sleep(0.2)
     for task in _ctr(layout, "tasks", "list", "--quiet").stdout.split():
         _ctr(layout, "tasks", "delete", "--force", task)
-    for container in _ctr(layout, "containers", "list", "--quiet").stdout.split():
+    for container in containers:
         _ctr(layout, "containers", "delete", container)
+    for path in sorted(namespaces):
+        # Unmounting the pinned namespace frees it, and its veth pair goes with it.
+        subprocess.run(["umount", path], capture_output=True, check=False)
+        Path(path).unlink(missing_ok=True)
+
+
+def _network_namespace(layout: ClusterLayout, container: str) -> str | None:
+    """The named network namespace (/var/run/netns/cni-…) a pod sandbox was made with."""
+    try:
+        spec = json.loads(_ctr(layout, "containers", "info", container).stdout)["Spec"]
+        namespaces = spec["linux"]["namespaces"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    for namespace in namespaces:
+        path = namespace.get("path", "")
+        if namespace.get("type") == "network" and "/netns/cni-" in path:
+            return str(path)
+    return None
 
 
 def _unmount_under(root: Path) -> None:
@@ -322,22 +374,39 @@ def _remove_network() -> None:
             capture_output=True,
             check=False,
         )
-    # The bridge plugin's masquerade chains (CNI-…), left behind by containers that were killed
-    # rather than torn down through CNI.
-    rules = subprocess.run(
-        ["iptables", "-t", "nat", "-S"], capture_output=True, text=True, check=False
-    ).stdout
-    for line in rules.splitlines():
-        if line.startswith("-A POSTROUTING") and "CNI-" in line:
-            subprocess.run(
-                ["iptables", "-t", "nat", *line.replace("-A", "-D", 1).split()], check=False
-            )
-    for line in rules.splitlines():
-        if line.startswith("-N CNI-"):
-            chain = line.split()[1]
-            subprocess.run(["iptables", "-t", "nat", "-F", chain], check=False)
-            subprocess.run(["iptables", "-t", "nat", "-X", chain], check=False)
+    # The bridge plugin's masquerade chains (CNI-…) and the kubelet's own (KUBE-FIREWALL,
+    # KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT); `kube-proxy --cleanup` took the proxy's.
+    for command in ("iptables", "ip6tables"):
+        if shutil.which(command):
+            drop_chains(command, ("CNI-", "KUBE-"))
     shutil.rmtree(Path("/var/lib/cni/networks/gregor-local"), ignore_errors=True)
+
+
+def drop_chains(command: str, prefixes: tuple[str, ...]) -> None:
+    """Delete every rule that jumps to a chain named with one of `prefixes`, then those chains,
+    in the filter, nat and mangle tables of `command` (iptables or ip6tables)."""
+    for table in ("filter", "nat", "mangle"):
+        listed = subprocess.run(
+            [command, "-t", table, "-S"], capture_output=True, text=True, check=False
+        ).stdout.splitlines()
+        doomed = [line.split()[1] for line in listed if line.startswith("-N ")]
+        doomed = [chain for chain in doomed if chain.startswith(prefixes)]
+        for line in listed:
+            rule = shlex.split(line)
+            if rule[:1] == ["-A"] and rule[1] not in doomed and _jumps_to(rule, doomed):
+                subprocess.run(
+                    [command, "-t", table, "-D", *rule[1:]], capture_output=True, check=False
+                )
+        for chain in doomed:
+            subprocess.run([command, "-t", table, "-F", chain], capture_output=True, check=False)
+        for chain in doomed:
+            subprocess.run([command, "-t", table, "-X", chain], capture_output=True, check=False)
+
+
+def _jumps_to(rule: list[str], chains: list[str]) -> bool:
+    return any(
+        flag in ("-j", "-g") and target in chains for flag, target in itertools.pairwise(rule)
+    )
 
 
 # -- kind -----------------------------------------------------------------------------------------
@@ -378,6 +447,22 @@ def _kind_up(log: Log) -> Path | None:
         if created.returncode != 0:
             return None
     return kubeconfig
+
+
+def load_images(tags: Sequence[str], log: Log = print) -> str | None:
+    """Load locally built images into whichever cluster `up` made: `kind load`, or an import
+    into the local node's containerd. Returns where they went, None when no cluster runs."""
+    if shutil.which("kind") and KIND_CLUSTER in _kind_clusters():
+        load_into_kind(list(tags), KIND_CLUSTER)
+        where = f"kind cluster {KIND_CLUSTER}"
+    else:
+        layout = default_layout()
+        if processes.running("containerd", layout.run / "pids") is None:
+            return None
+        load_into_containerd(list(tags), address=str(layout.containerd_socket))
+        where = f"the local node's containerd ({layout.containerd_socket})"
+    log(f"loaded {', '.join(tags)} into {where}")
+    return where
 
 
 def status(layout: ClusterLayout | None = None) -> dict[str, Any]:

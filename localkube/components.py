@@ -231,9 +231,16 @@ def kube_proxy_args(binary: Path, layout: ClusterLayout) -> list[str | Path]:
     ]
 
 
-def containerd_config(layout: ClusterLayout, sandbox_image: str) -> str:
-    """containerd 1.6 (Debian 12), config version 2, its own root and socket so that it never
-    meets the containerd Docker runs."""
+def containerd_config(
+    layout: ClusterLayout, sandbox_image: str, *, restrict_oom_score_adj: bool = False
+) -> str:
+    """containerd 1.6 (Debian 12), config version 2, its own root, socket and runc state so
+    that it never meets the containerd Docker runs.
+
+    `restrict_oom_score_adj` is for hosts that deny CAP_SYS_RESOURCE even to root (this VM):
+    runc cannot lower a sandbox's oom_score_adj to -998 there, so containerd clamps every
+    score to its own instead of failing each pod."""
+    restrict = "true" if restrict_oom_score_adj else "false"
     return f"""version = 2
 root = "{layout.images}"
 state = "{layout.run / "containerd"}"
@@ -245,6 +252,7 @@ state = "{layout.run / "containerd"}"
   sandbox_image = "{sandbox_image}"
   enable_unprivileged_ports = true
   enable_unprivileged_icmp = true
+  restrict_oom_score_adj = {restrict}
 
 [plugins."io.containerd.grpc.v1.cri".containerd]
   snapshotter = "overlayfs"
@@ -255,6 +263,7 @@ state = "{layout.run / "containerd"}"
 
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
   SystemdCgroup = false
+  Root = "{layout.run / "runc"}"
 
 [plugins."io.containerd.grpc.v1.cri".cni]
   bin_dir = "/usr/lib/cni"

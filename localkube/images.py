@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -455,14 +456,21 @@ def load_into_containerd(
     images: Sequence[str], namespace: str = "k8s.io", address: str = CONTAINERD_ADDRESS
 ) -> None:
     """`docker save | ctr images import -` into containerd's `namespace` (k8s.io is the one the
-    kubelet's CRI sees), unpacked for its default snapshotter."""
+    kubelet's CRI sees), unpacked for its default snapshotter. An image containerd already
+    holds with the same config digest (Docker's image id) is not sent again."""
     ctr = shutil.which("ctr")
     if ctr is None:
         raise ImageError("ctr is not installed (apt-get install containerd)")
-    save = subprocess.Popen([_docker(), "save", *images], stdout=subprocess.PIPE)
+    command = [ctr, "--namespace", namespace, "--address", address]
+    held = _containerd_config_digests(command, [docker_reference(i) for i in images])
+    missing = [i for i in images if held.get(docker_reference(i)) != _docker_id(i)]
+    if not missing:
+        log.info("containerd %s (%s) already holds %s", address, namespace, list(images))
+        return
+    save = subprocess.Popen([_docker(), "save", *missing], stdout=subprocess.PIPE)
     try:
         imported = subprocess.run(
-            [ctr, "--namespace", namespace, "--address", address, "images", "import", "-"],
+            [*command, "images", "import", "-"],
             stdin=save.stdout,
             capture_output=True,
             text=True,
@@ -474,10 +482,52 @@ def load_into_containerd(
         saved = save.wait()
     if saved != 0 or imported.returncode != 0:
         raise ImageError(
-            f"loading {list(images)} into containerd at {address} failed "
+            f"loading {missing} into containerd at {address} failed "
             f"(docker save: {saved}, ctr import: {imported.returncode}): {imported.stderr.strip()}"
         )
     log.info("imported into containerd %s (%s): %s", address, namespace, imported.stdout.strip())
+
+
+def docker_reference(tag: str) -> str:
+    """The fully qualified name Docker and containerd give a short tag: `gregor-broker:dev` is
+    `docker.io/library/gregor-broker:dev`, `gregor/pause:3.10` is `docker.io/gregor/pause:3.10`."""
+    first, _, rest = tag.partition("/")
+    if not rest:
+        return f"docker.io/library/{tag}"
+    if "." in first or ":" in first or first == "localhost":
+        return tag
+    return f"docker.io/{tag}"
+
+
+def _containerd_config_digests(ctr: Sequence[str], references: Sequence[str]) -> dict[str, str]:
+    """For each of `references` containerd holds, the config digest its manifest names."""
+    listed = subprocess.run(
+        [*ctr, "images", "ls"], capture_output=True, text=True, check=False
+    ).stdout
+    manifests = {
+        fields[0]: fields[2]
+        for fields in (line.split() for line in listed.splitlines()[1:])
+        if len(fields) >= 3 and fields[0] in references
+    }
+    digests: dict[str, str] = {}
+    for reference, manifest in manifests.items():
+        content = subprocess.run(
+            [*ctr, "content", "get", manifest], capture_output=True, text=True, check=False
+        )
+        try:
+            digests[reference] = json.loads(content.stdout)["config"]["digest"]
+        except (ValueError, KeyError, TypeError):
+            continue  # an index or a damaged record: import again
+    return digests
+
+
+def _docker_id(tag: str) -> str:
+    return subprocess.run(
+        [_docker(), "image", "inspect", "--format", "{{.Id}}", tag],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
 
 
 def load_into_kind(images: Sequence[str], cluster: str = "kind") -> None:

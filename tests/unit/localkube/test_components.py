@@ -48,7 +48,17 @@ def test_containerd_keeps_to_its_own_socket_root_and_sandbox_image(tmp_path: Pat
     assert parsed["root"] == str(where.images)
     cri = parsed["plugins"]["io.containerd.grpc.v1.cri"]
     assert cri["sandbox_image"] == "gregor/pause:3.10"
-    assert cri["containerd"]["runtimes"]["runc"]["options"]["SystemdCgroup"] is False
+    runc = cri["containerd"]["runtimes"]["runc"]["options"]
+    assert runc["SystemdCgroup"] is False
+    assert runc["Root"] == str(where.run / "runc")
+    assert cri["restrict_oom_score_adj"] is False
+
+
+def test_containerd_clamps_oom_scores_where_root_may_not_lower_them(tmp_path: Path) -> None:
+    text = components.containerd_config(
+        layout(tmp_path), "gregor/pause:3.10", restrict_oom_score_adj=True
+    )
+    assert tomllib.loads(text)["plugins"]["io.containerd.grpc.v1.cri"]["restrict_oom_score_adj"]
 
 
 def test_the_pod_network_is_one_bridge_over_the_node_range() -> None:

@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from localkube.context import context_files, dockerfile_args, is_ignored, parse_dockerignore
-from localkube.images import UPSTREAM_BASE, cluster_image_dir, image_tag_for, images_dir, repo_root
+from localkube.images import (
+    UPSTREAM_BASE,
+    cluster_image_dir,
+    docker_reference,
+    image_tag_for,
+    images_dir,
+    repo_root,
+)
 
 
 @pytest.mark.parametrize("name", ["broker", "operator", "spark"])
@@ -108,3 +115,16 @@ def test_image_tag_follows_the_binary(tmp_path: Path) -> None:
     assert len(first) == 12
     binary.write_bytes(b"v2")
     assert image_tag_for(binary) != first
+
+
+@pytest.mark.parametrize(
+    ("tag", "reference"),
+    [
+        ("gregor-broker:dev", "docker.io/library/gregor-broker:dev"),
+        ("gregor/pause:3.10", "docker.io/gregor/pause:3.10"),
+        ("registry.example:5000/team/app:1", "registry.example:5000/team/app:1"),
+        ("localhost/app:1", "localhost/app:1"),
+    ],
+)
+def test_short_tags_get_the_names_containerd_gives_them(tag: str, reference: str) -> None:
+    assert docker_reference(tag) == reference
