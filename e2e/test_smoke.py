@@ -9,6 +9,20 @@ import json
 from e2e.conftest import Kubectl
 
 TIMEOUT = "180s"
+RESOLVE = """
+import socket, sys, time
+deadline = time.monotonic() + 60
+for name in sys.argv[1:]:
+    while True:
+        try:
+            print(name, socket.gethostbyname(name))
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                print(name, "-")
+                break
+            time.sleep(0.5)
+"""
 BROKER_START = (
     "printf 'node.id=1\\nlisteners=PLAINTEXT://0.0.0.0:9092\\n"
     "advertised.listeners=PLAINTEXT://broker:9092\\nlog.dirs=/tmp/gregor\\n'"
@@ -97,6 +111,8 @@ def test_statefulset_dns_volumes_and_services(
                 "template": {
                     "metadata": {"labels": labels},
                     "spec": {
+                        # http.server runs as PID 1 and so ignores SIGTERM: don't wait out 30 s.
+                        "terminationGracePeriodSeconds": 1,
                         "containers": [
                             {
                                 "name": "web",
@@ -109,7 +125,7 @@ def test_statefulset_dns_volumes_and_services(
                                 },
                                 "volumeMounts": [{"name": "data", "mountPath": "/data"}],
                             }
-                        ]
+                        ],
                     },
                 },
                 "volumeClaimTemplates": [
@@ -134,13 +150,20 @@ def test_statefulset_dns_volumes_and_services(
     ]
     assert {c["status"]["phase"] for c in claims} == {"Bound"}
 
+    # Each pod resolves every pod's stable name to that pod's address. A name appears a moment
+    # after its pod turns Ready (endpoint slice, then CoreDNS's watch), so each is retried.
+    pods = json.loads(kubectl("get", "pods", "-l", "app=web", "-o", "json", namespace=namespace))
+    addresses = {
+        f"{p['metadata']['name']}.web.{namespace}.svc.cluster.local": p["status"]["podIP"]
+        for p in pods["items"]
+    }
+    assert len(addresses) == 3
     for pod in range(3):
-        for other in range(3):
-            name = f"web-{other}.web.{namespace}.svc.cluster.local"
-            resolved = kubectl(
-                "exec", f"web-{pod}", "--", "getent", "hosts", name, namespace=namespace
-            )
-            assert name in resolved, f"web-{pod} cannot resolve {name}"
+        answers = kubectl(
+            "exec", f"web-{pod}", "--", "python3", "-c", RESOLVE, *addresses, namespace=namespace
+        )
+        resolved = dict(line.split() for line in answers.splitlines())
+        assert resolved == addresses, f"web-{pod} resolved {resolved}, expected {addresses}"
 
     token = kubectl("exec", "web-1", "--", "cat", "/data/token", namespace=namespace)
     assert len(token) == 16
