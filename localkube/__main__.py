@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 
 from .cluster import KIND_KUBECONFIG, down, load_images, status, up
@@ -16,23 +17,35 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m localkube", description=__doc__)
     parser.add_argument("command", choices=("up", "down", "env", "status", "images"))
     arguments = parser.parse_args(argv)
-    if arguments.command == "up":
+    try:
+        _run(arguments.command)
+    except (RuntimeError, subprocess.CalledProcessError) as exc:
+        # Every localkube error names what failed and quotes the log that says why.
+        print(f"localkube {arguments.command}: {exc}", file=sys.stderr)
+        logs = default_layout().logs
+        if arguments.command == "up" and logs.exists():
+            print(f"the cluster's logs: {logs}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run(command: str) -> None:
+    if command == "up":
         kubeconfig = up()
         print(f"export KUBECONFIG={kubeconfig}")
-    elif arguments.command == "down":
+    elif command == "down":
         down()
-    elif arguments.command == "env":
+    elif command == "env":
         kubeconfig = default_layout().kubeconfig
         if not kubeconfig.exists() and KIND_KUBECONFIG.exists():
             kubeconfig = KIND_KUBECONFIG
         print(f"export KUBECONFIG={kubeconfig}")
-    elif arguments.command == "images":
+    elif command == "images":
         tags = build_project_images(ensure_base_image(), PROJECT_IMAGES)
         if load_images(tags) is None:
             print(f"built {', '.join(tags)}; no cluster runs, so nothing was loaded")
     else:
         print(json.dumps(status(), indent=2))
-    return 0
 
 
 if __name__ == "__main__":

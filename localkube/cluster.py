@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import shlex
 import shutil
 import ssl
@@ -42,6 +43,12 @@ DEBIAN_PACKAGES = {
     "conntrack": "conntrack",
     "ebtables": "ebtables",
 }
+
+
+class ClusterError(RuntimeError):
+    """The local cluster cannot start here; the message says why and what to do."""
+
+
 KIND_CLUSTER = "gregor"
 KIND_KUBECONFIG = Path.home() / ".kube" / "gregor-kind"
 
@@ -53,6 +60,11 @@ def up(log: Log = print) -> Path:
         if kubeconfig is not None:
             return kubeconfig
         log("kind could not create its cluster (no node image?): building a local one instead")
+    if os.geteuid() != 0:
+        raise ClusterError(
+            "the local cluster runs containerd, the kubelet and iptables on this machine and so"
+            " needs root: run `sudo make cluster` (or install kind and Docker)"
+        )
     layout = default_layout()
     started = time.monotonic()
     _ensure_packages(log)
