@@ -209,10 +209,6 @@ def measure(
 # -- the report ------------------------------------------------------------------------------
 
 
-def _median(values: Sequence[float]) -> float:
-    return statistics.median(values)
-
-
 def _ratio(gregor: float | None, kafka: float | None) -> str:
     if gregor is None or kafka is None or kafka == 0:
         return "n/a"
@@ -232,12 +228,12 @@ class Summary:
 def summarise(runs: Sequence[dict[Case, Measurement]], case: Case) -> Summary:
     ms = [run[case] for run in runs]
     return Summary(
-        _median([m.produce.mbps for m in ms]),
-        _median([m.produce.p50_ms for m in ms]),
-        _median([m.produce.p99_ms for m in ms]),
-        _median([m.latency.p50_ms for m in ms]),
-        _median([m.latency.p99_ms for m in ms]),
-        _median([m.consume_mbps for m in ms]),
+        statistics.median([m.produce.mbps for m in ms]),
+        statistics.median([m.produce.p50_ms for m in ms]),
+        statistics.median([m.produce.p99_ms for m in ms]),
+        statistics.median([m.latency.p50_ms for m in ms]),
+        statistics.median([m.latency.p99_ms for m in ms]),
+        statistics.median([m.consume_mbps for m in ms]),
     )
 
 

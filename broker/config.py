@@ -16,7 +16,10 @@ from typing import Any
 
 from broker.storage.config import InvalidConfig, LogConfig
 
-__all__ = ["BrokerConfig", "InvalidConfig", "Listener", "parse_properties"]
+__all__ = ["SECURITY_PROTOCOL_IDS", "BrokerConfig", "InvalidConfig", "Listener", "parse_properties"]
+
+SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+"""The security protocols a listener may use, with Kafka's `SecurityProtocol` ids."""
 
 _LISTENER = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<host>\[[^\]]*\]|[^:]*):(?P<port>\d+)$")
 _HTTP_LISTENER = re.compile(
@@ -122,7 +125,7 @@ def _protocol_map(key: str, raw: str) -> dict[str, str]:
     for entry in _list(key, raw):
         name, _, protocol = entry.partition(":")
         protocol = protocol.strip().upper()
-        if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+        if protocol not in SECURITY_PROTOCOL_IDS:
             raise InvalidConfig(key, raw, f"unknown security protocol {protocol!r}")
         mapping[name.strip().upper()] = protocol
     return mapping
@@ -139,9 +142,7 @@ def _voters(key: str, raw: str) -> dict[int, tuple[str, int]]:
 
 
 def _default_protocol_map() -> dict[str, str]:
-    return {p: p for p in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")} | {
-        "CONTROLLER": "PLAINTEXT"
-    }
+    return {p: p for p in SECURITY_PROTOCOL_IDS} | {"CONTROLLER": "PLAINTEXT"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

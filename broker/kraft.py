@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
-from broker.config import BrokerConfig
+from broker.config import SECURITY_PROTOCOL_IDS, BrokerConfig
 from broker.metadata import MetadataImage, MetadataLog, MetadataRecord, QuorumController
 from broker.metadata.configs import ResolvedConfig, log_config, resolve_topic_configs
 from broker.metadata.image import BROKER_RESOURCE, Change
@@ -35,8 +35,6 @@ T = TypeVar("T")
 
 METADATA_VERSION = 21
 """`metadata.version` feature level written when a cluster is formatted (Kafka 3.9-IV0)."""
-
-_SECURITY_PROTOCOLS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 
 
 class MetadataService:
@@ -102,7 +100,7 @@ class MetadataService:
                         name,
                         host,
                         port,
-                        _SECURITY_PROTOCOLS.get(
+                        SECURITY_PROTOCOL_IDS.get(
                             self.config.listener_security_protocol_map.get(name, name), 0
                         ),
                     )

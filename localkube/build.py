@@ -29,6 +29,7 @@ from pathlib import Path
 from localkube import versions
 from localkube.config import cache_dir
 from localkube.gomod import wrapper_go_mod
+from localkube.processes import log_tail
 
 PAUSE_SOURCE = Path(__file__).with_name("pause.c")
 WRAPPER_MODULE_PREFIX = "localkube.gregor.invalid"
@@ -387,7 +388,7 @@ def _run(
             ) from exc
         log_file.write(done.stdout)
     if done.returncode != 0:
-        tail = "\n".join(log_path.read_text().splitlines()[-LOG_TAIL_LINES:])
+        tail = log_tail(log_path, LOG_TAIL_LINES)
         raise BuildError(
             f"localkube: building {component.name} {component.version} failed: "
             f"`{' '.join(command[:3])} …` exited {done.returncode}. Last lines of its output "

@@ -8,15 +8,14 @@ Everything it starts is found again by pid file, so `down` stops it from any she
 after `down` starts a fresh cluster (etcd and volumes are wiped; loaded images are kept).
 
 What it owns: the order of things and the waiting. Command lines and config files are in
-`components`, manifests in `addons`, certificates in `pki`.
+`components`, manifests in `addons`, certificates in `pki`, what it changes on the host outside
+its own directories (packages, sysctls, iptables, mounts) in `host`.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
-import shlex
 import shutil
 import ssl
 import subprocess
@@ -24,25 +23,28 @@ import time
 import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
-from . import addons, components, processes
+from . import addons, components, host, processes
 from .build import Binaries, built_binaries, ensure_binaries
-from .config import API_SERVICE_IP, BRIDGE, ClusterLayout, default_layout
-from .images import build_cluster_images, ensure_docker, load_into_containerd, load_into_kind
+from .config import API_SERVICE_IP, ClusterLayout, default_layout
+from .docker import ensure_docker, load_into_containerd, load_into_kind
+from .images import LOCAL_PATH_HELPER, build_cluster_images
 from .pki import Pki, ensure_pki
 
-__all__ = ["down", "up"]
+__all__ = ["KIND_KUBECONFIG", "PROCESSES", "down", "load_images", "status", "up"]
 
 Log = Callable[[str], None]
-DEBIAN_PACKAGES = {
-    "containerd": "containerd",
-    "runc": "runc",
-    "/usr/lib/cni/bridge": "containernetworking-plugins",
-    "iptables": "iptables",
-    "conntrack": "conntrack",
-    "ebtables": "ebtables",
-}
+
+PROCESSES = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "containerd",
+    "kubelet",
+    "kube-proxy",
+)
+"""Every process `up` starts, in the order it starts them; `down` stops them in reverse."""
 
 
 class ClusterError(RuntimeError):
@@ -67,7 +69,7 @@ def up(log: Log = print) -> Path:
         )
     layout = default_layout()
     started = time.monotonic()
-    _ensure_packages(log)
+    host.ensure_packages(log)
     binaries = ensure_binaries(log=log)
     log(f"binaries ready ({time.monotonic() - started:.0f} s)")
     for directory in (layout.state, layout.run, layout.logs, layout.images):
@@ -80,7 +82,7 @@ def up(log: Log = print) -> Path:
         clients=[*components.CLIENTS, components.kubelet_identity(layout.node_name)],
     )
     _write_configs(layout, pki)
-    _host_network()
+    host.open_pod_network()
     _control_plane(layout, pki, binaries)
     log(f"control plane ready ({time.monotonic() - started:.0f} s)")
     images = _node(layout, binaries)
@@ -98,24 +100,16 @@ def down(log: Log = print) -> None:
         subprocess.run(["kind", "delete", "cluster", "--name", KIND_CLUSTER], check=True)
         return
     layout = default_layout()
-    pids = layout.run / "pids"
-    for name in ("kube-proxy", "kubelet"):
-        processes.stop(name, pids)
-    _remove_containers(layout)
-    for name in (
-        "containerd",
-        "kube-scheduler",
-        "kube-controller-manager",
-        "kube-apiserver",
-        "etcd",
-    ):
-        processes.stop(name, pids)
+    for name in reversed(PROCESSES):
+        if name == "containerd":
+            _remove_containers(layout)  # through containerd, so before it stops
+        processes.stop(name, layout.pids)
     built = built_binaries()
     if built is not None:
         subprocess.run([built.kube_proxy, "--cleanup"], capture_output=True, check=False)
-    _unmount_under(layout.state)
-    _unmount_under(layout.run)
-    _remove_network()
+    host.unmount_under(layout.state)
+    host.unmount_under(layout.run)
+    host.remove_pod_network()
     shutil.rmtree(layout.state, ignore_errors=True)
     shutil.rmtree(layout.run, ignore_errors=True)
     log("local cluster stopped and its state removed")
@@ -133,17 +127,6 @@ def _offer_kubectl(built: Path, log: Log) -> None:
     if shutil.which("kubectl") is None and not KUBECTL_LINK.is_symlink():
         KUBECTL_LINK.symlink_to(built)
         log(f"kubectl: {KUBECTL_LINK} -> {built}")
-
-
-def _ensure_packages(log: Log) -> None:
-    missing = sorted({package for tool, package in DEBIAN_PACKAGES.items() if not _have(tool)})
-    if missing:
-        log(f"installing Debian packages: {' '.join(missing)}")
-        subprocess.run(["apt-get", "install", "-y", "-q", *missing], check=True)
-
-
-def _have(tool: str) -> bool:
-    return Path(tool).exists() if tool.startswith("/") else shutil.which(tool) is not None
 
 
 def _write_configs(layout: ClusterLayout, pki: Pki) -> None:
@@ -166,23 +149,7 @@ def _write_configs(layout: ClusterLayout, pki: Pki) -> None:
     (cni / "10-gregor-local.conflist").write_text(components.cni_config())
 
 
-def _host_network() -> None:
-    """Forwarding on, bridged pod traffic through iptables (Services), and pod traffic allowed
-    through a FORWARD chain that Docker may have set to DROP."""
-    for key, value in (
-        ("net/ipv4/ip_forward", "1"),
-        ("net/bridge/bridge-nf-call-iptables", "1"),
-        ("net/bridge/bridge-nf-call-ip6tables", "1"),
-    ):
-        Path("/proc/sys", key).write_text(value)
-    for direction in ("-i", "-o"):
-        rule = ["FORWARD", direction, BRIDGE, "-j", "ACCEPT"]
-        if subprocess.run(["iptables", "-C", *rule], capture_output=True, check=False).returncode:
-            subprocess.run(["iptables", "-I", *rule], check=True)
-
-
 def _control_plane(layout: ClusterLayout, pki: Pki, binaries: Binaries) -> None:
-    pids = layout.run / "pids"
     _start("etcd", components.etcd_args(binaries.etcd, layout, pki), layout)
     processes.wait_for(
         "health",
@@ -190,7 +157,7 @@ def _control_plane(layout: ClusterLayout, pki: Pki, binaries: Binaries) -> None:
         timeout=60,
         name="etcd",
         logs=layout.logs,
-        pids=pids,
+        pids=layout.pids,
     )
     _start("kube-apiserver", components.apiserver_args(binaries.apiserver, layout, pki), layout)
     processes.wait_for(
@@ -199,7 +166,7 @@ def _control_plane(layout: ClusterLayout, pki: Pki, binaries: Binaries) -> None:
         timeout=120,
         name="kube-apiserver",
         logs=layout.logs,
-        pids=pids,
+        pids=layout.pids,
     )
     _start(
         "kube-controller-manager",
@@ -209,20 +176,7 @@ def _control_plane(layout: ClusterLayout, pki: Pki, binaries: Binaries) -> None:
     _start("kube-scheduler", components.scheduler_args(binaries.scheduler, layout), layout)
 
 
-CAP_SYS_RESOURCE = 24
-
-
-def may_lower_oom_scores(status: Path = Path("/proc/self/status")) -> bool:
-    """Whether this process holds CAP_SYS_RESOURCE, which lowering an oom_score_adj needs.
-    Some sandboxed VMs withhold it even from root."""
-    for line in status.read_text().splitlines():
-        if line.startswith("CapEff:"):
-            return bool(int(line.split()[1], 16) >> CAP_SYS_RESOURCE & 1)
-    return False
-
-
 def _node(layout: ClusterLayout, binaries: Binaries) -> dict[str, str]:
-    pids = layout.run / "pids"
     ensure_docker()
     images = build_cluster_images(
         {
@@ -234,7 +188,7 @@ def _node(layout: ClusterLayout, binaries: Binaries) -> dict[str, str]:
     config = layout.state / "containerd.toml"
     config.write_text(
         components.containerd_config(
-            layout, images["pause"], restrict_oom_score_adj=not may_lower_oom_scores()
+            layout, images["pause"], restrict_oom_score_adj=not host.may_lower_oom_scores()
         )
     )
     _start("containerd", ["containerd", "--config", config], layout)
@@ -244,7 +198,7 @@ def _node(layout: ClusterLayout, binaries: Binaries) -> dict[str, str]:
         timeout=60,
         name="containerd",
         logs=layout.logs,
-        pids=pids,
+        pids=layout.pids,
     )
     load_into_containerd(sorted(set(images.values())), address=str(layout.containerd_socket))
     layout.kubelet_root.mkdir(parents=True, exist_ok=True)
@@ -258,7 +212,7 @@ def _addons(layout: ClusterLayout, binaries: Binaries, images: dict[str, str]) -
     manifests = [
         *addons.coredns(images["coredns"]),
         *addons.local_path_provisioner(
-            images["local-path-provisioner"], images["local-path-helper"], str(layout.local_volumes)
+            images["local-path-provisioner"], images[LOCAL_PATH_HELPER], str(layout.local_volumes)
         ),
     ]
     document = json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests})
@@ -266,12 +220,12 @@ def _addons(layout: ClusterLayout, binaries: Binaries, images: dict[str, str]) -
 
 
 def _wait_ready(layout: ClusterLayout, binaries: Binaries) -> None:
+    registered_by = time.monotonic() + 60  # the kubelet registers the node a moment after start
     kubectl(
         binaries,
         layout,
         ["wait", "--for=condition=Ready", f"node/{layout.node_name}", "--timeout=180s"],
-        retry_until=time.monotonic()
-        + 60,  # the kubelet registers the node a moment after it starts
+        retry_until=registered_by,
     )
     for namespace, name in (
         ("kube-system", "coredns"),
@@ -312,7 +266,7 @@ def kubectl(
 
 
 def _start(name: str, argv: Sequence[str | Path], layout: ClusterLayout) -> None:
-    processes.start(name, argv, logs=layout.logs, pids=layout.run / "pids")
+    processes.start(name, argv, logs=layout.logs, pids=layout.pids)
 
 
 def _https_ok(url: str, pki: Pki, client: str) -> bool:
@@ -338,7 +292,7 @@ def _remove_containers(layout: ClusterLayout) -> None:
     """Kill and remove every container and pod sandbox (containerd keeps its images), and the
     sandboxes' network namespaces with them: killed rather than stopped through the CRI, their
     pods never get CNI's teardown."""
-    if processes.running("containerd", layout.run / "pids") is None:
+    if processes.running("containerd", layout.pids) is None:
         return
     containers = _ctr(layout, "containers", "list", "--quiet").stdout.split()
     namespaces = {path for c in containers if (path := _network_namespace(layout, c))}
@@ -369,56 +323,6 @@ def _network_namespace(layout: ClusterLayout, container: str) -> str | None:
         if namespace.get("type") == "network" and "/netns/cni-" in path:
             return str(path)
     return None
-
-
-def _unmount_under(root: Path) -> None:
-    prefix = str(root.resolve()) + "/"
-    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
-    for mount in sorted((m for m in mounts if m.startswith(prefix)), reverse=True):
-        subprocess.run(["umount", "-l", mount], capture_output=True, check=False)
-
-
-def _remove_network() -> None:
-    subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True, check=False)
-    for direction in ("-i", "-o"):
-        subprocess.run(
-            ["iptables", "-D", "FORWARD", direction, BRIDGE, "-j", "ACCEPT"],
-            capture_output=True,
-            check=False,
-        )
-    # The bridge plugin's masquerade chains (CNI-…) and the kubelet's own (KUBE-FIREWALL,
-    # KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT); `kube-proxy --cleanup` took the proxy's.
-    for command in ("iptables", "ip6tables"):
-        if shutil.which(command):
-            drop_chains(command, ("CNI-", "KUBE-"))
-    shutil.rmtree(Path("/var/lib/cni/networks/gregor-local"), ignore_errors=True)
-
-
-def drop_chains(command: str, prefixes: tuple[str, ...]) -> None:
-    """Delete every rule that jumps to a chain named with one of `prefixes`, then those chains,
-    in the filter, nat and mangle tables of `command` (iptables or ip6tables)."""
-    for table in ("filter", "nat", "mangle"):
-        listed = subprocess.run(
-            [command, "-t", table, "-S"], capture_output=True, text=True, check=False
-        ).stdout.splitlines()
-        doomed = [line.split()[1] for line in listed if line.startswith("-N ")]
-        doomed = [chain for chain in doomed if chain.startswith(prefixes)]
-        for line in listed:
-            rule = shlex.split(line)
-            if rule[:1] == ["-A"] and rule[1] not in doomed and _jumps_to(rule, doomed):
-                subprocess.run(
-                    [command, "-t", table, "-D", *rule[1:]], capture_output=True, check=False
-                )
-        for chain in doomed:
-            subprocess.run([command, "-t", table, "-F", chain], capture_output=True, check=False)
-        for chain in doomed:
-            subprocess.run([command, "-t", table, "-X", chain], capture_output=True, check=False)
-
-
-def _jumps_to(rule: list[str], chains: list[str]) -> bool:
-    return any(
-        flag in ("-j", "-g") and target in chains for flag, target in itertools.pairwise(rule)
-    )
 
 
 # -- kind -----------------------------------------------------------------------------------------
@@ -469,7 +373,7 @@ def load_images(tags: Sequence[str], log: Log = print) -> str | None:
         where = f"kind cluster {KIND_CLUSTER}"
     else:
         layout = default_layout()
-        if processes.running("containerd", layout.run / "pids") is None:
+        if processes.running("containerd", layout.pids) is None:
             return None
         load_into_containerd(list(tags), address=str(layout.containerd_socket))
         where = f"the local node's containerd ({layout.containerd_socket})"
@@ -477,16 +381,8 @@ def load_images(tags: Sequence[str], log: Log = print) -> str | None:
     return where
 
 
-def status(layout: ClusterLayout | None = None) -> dict[str, Any]:
-    """Which of the cluster's processes run, by name (for `python -m localkube status`)."""
+def status(layout: ClusterLayout | None = None) -> dict[str, int | None]:
+    """The pid of each of the cluster's processes, None for those not running (for
+    `python -m localkube status`)."""
     layout = layout or default_layout()
-    names = (
-        "etcd",
-        "kube-apiserver",
-        "kube-controller-manager",
-        "kube-scheduler",
-        "containerd",
-        "kubelet",
-        "kube-proxy",
-    )
-    return {name: processes.running(name, layout.run / "pids") for name in names}
+    return {name: processes.running(name, layout.pids) for name in PROCESSES}

@@ -53,6 +53,11 @@ class ClusterLayout:
         return self.state / "logs"
 
     @property
+    def pids(self) -> Path:
+        """One `<name>.pid` per cluster process (`localkube.processes`)."""
+        return self.run / "pids"
+
+    @property
     def containerd_socket(self) -> Path:
         return self.run / "containerd.sock"
 

@@ -21,6 +21,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from .config import CLUSTER_DOMAIN
+
 __all__ = ["ClientIdentity", "Pki", "ensure_pki"]
 
 VALIDITY = datetime.timedelta(days=3650)
@@ -92,7 +94,7 @@ def ensure_pki(
             "kubernetes",
             "kubernetes.default",
             "kubernetes.default.svc",
-            "kubernetes.default.svc.cluster.local",
+            f"kubernetes.default.svc.{CLUSTER_DOMAIN}",
         ],
         (SERVER,),
     )

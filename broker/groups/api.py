@@ -53,13 +53,22 @@ class GroupConfig:
     """`offsets.topic.num.partitions`: fixed once the topic exists, as a group's partition
     is a hash of its id modulo this."""
     initial_rebalance_delay_ms: int = 3_000
+    """`group.initial.rebalance.delay.ms`: how long a new group waits for more members."""
     min_session_timeout_ms: int = 6_000
+    """`group.min.session.timeout.ms`: JoinGroup with a shorter session is refused."""
     max_session_timeout_ms: int = 1_800_000
+    """`group.max.session.timeout.ms`: JoinGroup with a longer session is refused."""
     max_size: int = 2_147_483_647
+    """`group.max.size`: members a group may have."""
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    """`offsets.retention.minutes`, in milliseconds: when an offset expires is
+    `ClassicGroup.offset_expiry_base`'s rule."""
     offsets_retention_check_interval_ms: int = 600_000
+    """`offsets.retention.check.interval.ms`: how often expired offsets are removed."""
     offset_metadata_max_bytes: int = 4_096
+    """`offset.metadata.max.bytes`: a longer commit metadata fails its partition."""
     new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS
+    """How long a new member's first JoinGroup may wait: see `NEW_MEMBER_JOIN_TIMEOUT_MS`."""
 
     @classmethod
     def from_broker(cls, config: BrokerConfig) -> GroupConfig:

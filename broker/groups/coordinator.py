@@ -23,7 +23,6 @@ from .api import (
     FetchedOffset,
     GroupConfig,
     GroupDescription,
-    JoinResult,
     ListedGroup,
     ListGroupsResult,
     MemberDescription,
@@ -32,7 +31,6 @@ from .api import (
     OffsetDeleteRequest,
     OffsetDeleteResult,
     OffsetFetchResult,
-    SyncResult,
     TopicPartition,
 )
 from .group import ClassicGroup, GroupState
@@ -65,13 +63,12 @@ class _Loading:
 
 
 class GroupCoordinator(Membership):
+    """Rebalancing comes from `Membership`; this adds partitions, offsets and administration."""
+
     def __init__(
         self, config: GroupConfig, *, member_id_suffix: Callable[[], str] | None = None
     ) -> None:
-        if member_id_suffix is None:
-            super().__init__(config)
-        else:
-            super().__init__(config, member_id_suffix=member_id_suffix)
+        super().__init__(config, member_id_suffix=member_id_suffix)
         self.loaded: set[int] = set()
         """Partitions whose groups are served here."""
         self._loading: dict[int, _Loading] = {}
@@ -139,15 +136,8 @@ class GroupCoordinator(Membership):
         for group_id in [g for g in self.groups if self.partition_of(g) == partition]:
             group = self.groups.pop(group_id)
             for member in group.members.values():
-                self.deadlines.cancel(("heartbeat", group_id, member.member_id))
-                if member.join_ticket is not None:
-                    self._reply(member.join_ticket, group_id, JoinResult(error=E.not_coordinator))
-                if member.sync_ticket is not None:
-                    self._reply(member.sync_ticket, group_id, SyncResult(error=E.not_coordinator))
-            for member_id in group.pending_join:
-                self.deadlines.cancel(("heartbeat", group_id, member_id))
-            self.deadlines.cancel(("join", group_id))
-            self.deadlines.cancel(("sync", group_id))
+                self._drop_member(group, member, E.not_coordinator)
+            self._cancel_group_timers(group)
 
     # -- OffsetCommit ----------------------------------------------------------------------
 
@@ -332,16 +322,12 @@ class GroupCoordinator(Membership):
     ) -> None:
         """Tombstones for the offsets given and for the group itself; the group is gone."""
         group_id = group.group_id
-        records: list[tuple[bytes, bytes | None]] = [
-            (encode_offset_commit_key(group_id, topic, index), None) for topic, index in offsets
-        ]
+        records = _offset_tombstones(group_id, offsets)
         records.append((encode_group_metadata_key(group_id), None))
         self.outbox.append(self.partition_of(group_id), records)
         group.transition(S.DEAD, now_ms)
         del self.groups[group_id]
-        for member_id in group.pending_join:
-            self.deadlines.cancel(("heartbeat", group_id, member_id))
-        self.deadlines.cancel(("join", group_id))
+        self._cancel_group_timers(group)
 
     # -- offset expiry ---------------------------------------------------------------------
 
@@ -369,10 +355,7 @@ class GroupCoordinator(Membership):
             if not group.offsets and group.is_(S.EMPTY):
                 self._delete_group(group, expired, now_ms)
             elif expired:
-                records: list[tuple[bytes, bytes | None]] = [
-                    (encode_offset_commit_key(group.group_id, topic, index), None)
-                    for topic, index in expired
-                ]
+                records = _offset_tombstones(group.group_id, expired)
                 self.outbox.append(self.partition_of(group.group_id), records)
 
     def _fire(self, name: Hashable, now_ms: int) -> None:
@@ -384,6 +367,12 @@ class GroupCoordinator(Membership):
 
     def _schedule_expiry(self, now_ms: int) -> None:
         self.deadlines.schedule(_EXPIRE, now_ms + self.config.offsets_retention_check_interval_ms)
+
+
+def _offset_tombstones(
+    group_id: str, partitions: Iterable[TopicPartition]
+) -> list[tuple[bytes, bytes | None]]:
+    return [(encode_offset_commit_key(group_id, topic, index), None) for topic, index in partitions]
 
 
 def _validate_offset_commit(group: ClassicGroup, request: OffsetCommitRequest) -> ErrorCode:

@@ -23,13 +23,16 @@ Record = tuple[bytes, bytes | None]
 
 
 class Result(Protocol):
+    """Every answer that goes through the outbox: it can be turned into the answer to send
+    when a write it reports on did not reach the log."""
+
     def failed(self, error: ErrorCode) -> Result: ...
 
 
 @dataclass(frozen=True, slots=True)
 class Reply:
     ticket: int
-    result: object
+    result: Result
     depends_on: frozenset[int] = frozenset()
     """The `__consumer_offsets` partitions whose earlier writes this answer reports on."""
 
@@ -49,7 +52,7 @@ class Outbox:
         self.appended = 0
         """Records queued so far: lets an operation tell whether it wrote anything."""
 
-    def reply(self, ticket: int, result: object, *partitions: int) -> None:
+    def reply(self, ticket: int, result: Result, *partitions: int) -> None:
         self._effects.append(Reply(ticket, result, frozenset(partitions)))
 
     def append(self, partition: int, records: list[Record]) -> None:

@@ -13,7 +13,6 @@ it holds a `join_ticket`, "awaiting sync" while it holds a `sync_ticket`.
 from __future__ import annotations
 
 import enum
-import struct
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,9 +20,9 @@ from dataclasses import dataclass, field
 from broker.protocol import ErrorCode
 
 from .api import JoinMember, TopicPartition
-from .records import GroupMetadataValue, MemberMetadata, OffsetCommitValue
+from .records import GroupMetadataValue, MemberMetadata, OffsetCommitValue, subscribed_topics
 
-__all__ = ["ClassicGroup", "GroupState", "Member", "subscribed_topics"]
+__all__ = ["ClassicGroup", "GroupState", "Member"]
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 
@@ -356,29 +355,3 @@ class ClassicGroup:
             group.leader_id = next(iter(group.members), None)
         group.subscribed_topics = group.compute_subscribed_topics()
         return group
-
-
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-
-
-def subscribed_topics(metadata: bytes) -> frozenset[str] | None:
-    """The topics of a consumer protocol subscription (`ConsumerProtocolSubscription`, read as
-    v0, the prefix of every version), or None if the metadata does not parse."""
-    try:
-        pos = 2  # version
-        (count,) = _I32.unpack_from(metadata, pos)
-        pos += 4
-        if count < 0 or count > len(metadata):
-            return None
-        topics = set()
-        for _ in range(count):
-            (length,) = _I16.unpack_from(metadata, pos)
-            pos += 2
-            if length < 0 or pos + length > len(metadata):
-                return None
-            topics.add(metadata[pos : pos + length].decode())
-            pos += length
-    except (struct.error, UnicodeDecodeError):
-        return None
-    return frozenset(topics)

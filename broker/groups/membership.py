@@ -25,6 +25,7 @@ No clock is read and nothing waits here: `now_ms` is an argument and answers go 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import uuid
 from collections.abc import Callable, Hashable
@@ -41,7 +42,7 @@ from .api import (
     SyncRequest,
     SyncResult,
 )
-from .effects import Deadlines, Outbox
+from .effects import Deadlines, Outbox, Result
 from .group import ClassicGroup, GroupState, Member
 from .records import (
     GroupMetadataValue,
@@ -62,14 +63,16 @@ def _random_suffix() -> str:
 
 class Membership:
     def __init__(
-        self, config: GroupConfig, *, member_id_suffix: Callable[[], str] = _random_suffix
+        self, config: GroupConfig, *, member_id_suffix: Callable[[], str] | None = None
     ) -> None:
+        """`member_id_suffix`: what follows the client id in a new member id (a random UUID
+        by default, as in Kafka; tests pass a counter)."""
         self.config = config
         self.groups: dict[str, ClassicGroup] = {}
         self.outbox = Outbox()
         self.deadlines = Deadlines()
         self._tickets = itertools.count(1)
-        self._member_id_suffix = member_id_suffix
+        self._member_id_suffix = member_id_suffix or _random_suffix
 
     # -- hooks for the coordinator ---------------------------------------------------------
 
@@ -81,7 +84,7 @@ class Membership:
     def partition_of(self, group_id: str) -> int:
         return partition_for(group_id, self.config.num_partitions)
 
-    def _reply(self, ticket: int, group_id: str, result: object) -> None:
+    def _reply(self, ticket: int, group_id: str, result: Result) -> None:
         self.outbox.reply(ticket, result, self.partition_of(group_id))
 
     def _write_group(self, group: ClassicGroup, assignment: dict[str, bytes]) -> None:
@@ -281,7 +284,7 @@ class Membership:
         )
         self._maybe_prepare_rebalance_or_complete_join(group, now_ms)
 
-    def _supersede(self, group: ClassicGroup, ticket: int | None, result: object) -> None:
+    def _supersede(self, group: ClassicGroup, ticket: int | None, result: Result) -> None:
         """A member sent the same request again while the first was parked (from a new
         connection): the first is answered rather than left hanging."""
         if ticket is not None:
@@ -332,13 +335,8 @@ class Membership:
             else:
                 # Older clients cannot skip the assignment: a static leader is told the old
                 # leader id, so it acts as a follower and only syncs.
-                result = self._current_generation(group, new_id, with_members=False)
-                result = JoinResult(
-                    error=E.none,
-                    member_id=new_id,
-                    generation_id=result.generation_id,
-                    protocol_type=result.protocol_type,
-                    protocol_name=result.protocol_name,
+                result = dataclasses.replace(
+                    self._current_generation(group, new_id, with_members=False),
                     leader=current_leader,
                 )
             self._complete_join(group, member, result)
@@ -578,16 +576,26 @@ class Membership:
         elif group.is_(S.PREPARING_REBALANCE) and group.has_all_members_joined:
             self._complete_join_phase(group, now_ms)
 
-    def _drop_member(self, group: ClassicGroup, member: Member) -> None:
-        """A removed member's timers stop and its parked requests are answered: a parked
-        JoinGroup gets UNKNOWN_MEMBER_ID so that a live client joins again."""
+    def _drop_member(
+        self, group: ClassicGroup, member: Member, error: ErrorCode = E.unknown_member_id
+    ) -> None:
+        """A removed member's timers stop and its parked requests are answered `error`: by
+        default UNKNOWN_MEMBER_ID, so that a live client joins again."""
         self.deadlines.cancel(("heartbeat", group.group_id, member.member_id))
         if member.join_ticket is not None:
-            self._reply(member.join_ticket, group.group_id, JoinResult(error=E.unknown_member_id))
+            self._reply(member.join_ticket, group.group_id, JoinResult(error=error))
             member.join_ticket = None
         if member.sync_ticket is not None:
-            self._reply(member.sync_ticket, group.group_id, SyncResult(error=E.unknown_member_id))
+            self._reply(member.sync_ticket, group.group_id, SyncResult(error=error))
             member.sync_ticket = None
+
+    def _cancel_group_timers(self, group: ClassicGroup) -> None:
+        """For a group that goes away: its join and sync deadlines, and those of member ids
+        handed out but not yet used to join."""
+        for member_id in group.pending_join:
+            self.deadlines.cancel(("heartbeat", group.group_id, member_id))
+        self.deadlines.cancel(("join", group.group_id))
+        self.deadlines.cancel(("sync", group.group_id))
 
     # -- LeaveGroup ------------------------------------------------------------------------
 

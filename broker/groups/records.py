@@ -13,6 +13,9 @@ one, KIP-915). Which partition a group lives in is Kafka's
 `Utils.abs(groupId.hashCode()) % offsets.topic.num.partitions`, with Java's String.hashCode
 over UTF-16 code units.
 
+It also reads the topics out of a member's consumer protocol subscription, the bytes a
+GroupMetadataValue stores for each member.
+
 This module is pure: bytes in, dataclasses out. It never touches the log.
 """
 
@@ -42,6 +45,7 @@ __all__ = [
     "encode_offset_commit_value",
     "java_string_hash",
     "partition_for",
+    "subscribed_topics",
 ]
 
 OFFSET_COMMIT_KEY_VERSION = 1
@@ -348,3 +352,17 @@ def decode_group_metadata_value(value: bytes) -> GroupMetadataValue:
         current_state_timestamp=current_state_timestamp,
         members=tuple(members),
     )
+
+
+def subscribed_topics(metadata: bytes) -> frozenset[str] | None:
+    """The topics of a consumer protocol subscription (`ConsumerProtocolSubscription`, read as
+    v0, the prefix of every version), or None if the metadata does not parse."""
+    reader = _Reader(metadata, "ConsumerProtocolSubscription")
+    try:
+        reader.int16()  # version
+        count = reader.array_length()
+        if count > len(metadata):
+            return None
+        return frozenset(reader.string() for _ in range(count))
+    except GroupRecordError:
+        return None

@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Coroutine, Iterable
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from broker.protocol import ErrorCode
 
@@ -48,7 +47,7 @@ from .api import (
     TopicPartition,
 )
 from .coordinator import GroupCoordinator
-from .effects import Append, Result
+from .effects import Append
 from .persistence import GroupLog
 from .records import GroupRecordError
 
@@ -61,19 +60,16 @@ _YIELD_EVERY = 1_000
 """Records replayed between two yields to the event loop while a partition loads."""
 
 
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class GroupService:
     def __init__(
         self,
         config: GroupConfig,
         group_log: GroupLog,
         *,
-        now_ms: Callable[[], int] = _wall_clock_ms,
+        now_ms: Callable[[], int],
         member_id_suffix: Callable[[], str] | None = None,
     ) -> None:
+        """`now_ms`: the node's wall clock, the one the log stamps its records with."""
         self.config = config
         self._core = GroupCoordinator(config, member_id_suffix=member_id_suffix)
         self._log = group_log
@@ -234,7 +230,7 @@ class GroupService:
                     continue
                 result = effect.result
                 if effect.depends_on & failed:
-                    result = cast(Result, result).failed(ErrorCode.not_coordinator)
+                    result = result.failed(ErrorCode.not_coordinator)
                 self._deliver(effect.ticket, result)
             effects = self._core.outbox.take()
         for partition in failed:

@@ -8,8 +8,8 @@ from typing import Any
 from broker.protocol import ApiKey, ErrorCode, ResponseBody, build, response_module
 from broker.server import RequestContext
 
-from .context import NO_THROTTLE, NodeState
-from .metadata import AUTHORIZED_OPERATIONS_OMITTED, live_brokers
+from .context import AUTHORIZED_OPERATIONS_OMITTED, NO_THROTTLE, NodeState
+from .metadata import live_brokers
 
 __all__ = ["DeleteRecords", "DescribeCluster", "DescribeLogDirs"]
 

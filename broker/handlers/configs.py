@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker.metadata import ConfigOp, ConfigSource, ConfigType, QuorumController
-from broker.metadata.configs import TOPIC_CONFIGS
+from broker.metadata.configs import TOPIC_CONFIGS, broker_levels
 from broker.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
 from broker.protocol import ApiKey, ErrorCode, ResponseBody, build, response_module
 from broker.server import RequestContext
@@ -125,16 +125,8 @@ class DescribeConfigs:
         for definition in TOPIC_CONFIGS.values():
             if definition.broker_name is None:
                 continue
-            levels = []
             key = definition.broker_name
-            if key in broker_dynamic:
-                levels.append((key, broker_dynamic[key], ConfigSource.DYNAMIC_BROKER_CONFIG))
-            if key in cluster_dynamic:
-                levels.append(
-                    (key, cluster_dynamic[key], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
-                )
-            if key in static:
-                levels.append((key, static[key], ConfigSource.STATIC_BROKER_CONFIG))
+            levels = broker_levels(key, broker_dynamic, cluster_dynamic, static.get(key))
             levels.append((key, definition.default, ConfigSource.DEFAULT_CONFIG))
             _, value, source = levels[0]
             entries[key] = (key, value, source, False, tuple(levels), definition.type, None)

@@ -15,10 +15,20 @@ from broker.metadata import TopicRequest
 from broker.protocol.errors import ErrorCode
 from broker.replica import ReplicaManager
 
-__all__ = ["NO_THROTTLE", "OFFSETS_TOPIC", "Endpoint", "NodeState", "wall_clock_ms"]
+__all__ = [
+    "AUTHORIZED_OPERATIONS_OMITTED",
+    "NO_THROTTLE",
+    "OFFSETS_TOPIC",
+    "Endpoint",
+    "NodeState",
+    "wall_clock_ms",
+]
 
 NO_THROTTLE = timedelta(0)
 """`throttle_time_ms` of every response: quotas are not enforced yet."""
+
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+"""`*_authorized_operations` when the client did not ask for them (Kafka's INT32_MIN)."""
 
 OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_TOPIC_SEGMENT_BYTES = 104_857_600

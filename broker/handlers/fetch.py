@@ -44,7 +44,9 @@ class Handler:
             FetchTopic(topic.topic, tuple(_partition(wanted, got) for wanted, got in partitions))
             for topic, partitions in zip(request.topics, reads, strict=True)
         ]
-        return FetchResponse(0, ErrorCode.none, 0, tuple(responses))
+        return FetchResponse(
+            throttle_time_ms=0, error_code=ErrorCode.none, session_id=0, responses=tuple(responses)
+        )
 
     def _read(self, request: Any) -> tuple[list[list[tuple[Any, FetchResult]]], int, bool]:
         budget = request.max_bytes
@@ -77,7 +79,7 @@ def _partition(wanted: Any, result: FetchResult) -> FetchPartition:
         partition_index=wanted.partition,
         error_code=result.error,
         high_watermark=result.high_watermark,
-        last_stable_offset=result.high_watermark,
+        last_stable_offset=result.high_watermark,  # no transactions: nothing is left open
         log_start_offset=result.log_start_offset,
         records=b"" if result.records is None else result.records.pin(),
     )

@@ -16,11 +16,9 @@ from broker.metadata.image import is_internal_topic
 from broker.protocol import ApiKey, ErrorCode, RequestBody, ResponseBody, build, response_module
 from broker.server import RequestContext
 
-from .context import NO_THROTTLE, NodeState
+from .context import AUTHORIZED_OPERATIONS_OMITTED, NO_THROTTLE, NodeState
 
-__all__ = ["AUTHORIZED_OPERATIONS_OMITTED", "Handler", "error_response", "live_brokers"]
-
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+__all__ = ["Handler", "error_response", "live_brokers"]
 
 
 def live_brokers(state: NodeState, listener: str) -> list[tuple[int, str, int, str | None]]:

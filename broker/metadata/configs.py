@@ -28,6 +28,8 @@ __all__ = [
     "ConfigSource",
     "ConfigType",
     "ResolvedConfig",
+    "Synonym",
+    "broker_levels",
     "log_config",
     "resolve_topic_configs",
     "validate_topic_configs",
@@ -316,9 +318,6 @@ BROKER_DYNAMIC: frozenset[str] = frozenset(
 )
 """Broker settings kafka-configs may change at runtime: the topic defaults."""
 
-# Broker names whose static value is in seconds-of-a-unit rather than the topic's ms.
-_BROKER_UNITS = {"log.roll.hours": ("log.roll.ms", 3_600_000)}
-
 
 def validate_topic_configs(configs: Mapping[str, str | None]) -> None:
     """Raise `InvalidConfig` for an unknown topic config name or a value Kafka refuses."""
@@ -330,14 +329,40 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> None:
             definition.validate(name, value)
 
 
+Synonym = tuple[str, str, ConfigSource]
+"""(name, value, source): one level that sets a config (DescribeConfigs `synonyms`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ResolvedConfig:
     name: str
     value: str
     source: ConfigSource
     definition: ConfigDef
-    synonyms: tuple[tuple[str, str, ConfigSource], ...]
+    synonyms: tuple[Synonym, ...]
     """Every level that sets it, most specific first (DescribeConfigs `include_synonyms`)."""
+
+
+def broker_levels(
+    broker_name: str,
+    broker_dynamic: Mapping[str, str],
+    cluster_dynamic: Mapping[str, str],
+    static: str | None,
+) -> list[Synonym]:
+    """The broker-level values of `broker_name`, most specific first: this broker's dynamic
+    value, the dynamic default of every broker, then `static` (`server.properties`)."""
+    levels: list[Synonym] = []
+    if broker_name in broker_dynamic:
+        levels.append(
+            (broker_name, broker_dynamic[broker_name], ConfigSource.DYNAMIC_BROKER_CONFIG)
+        )
+    if broker_name in cluster_dynamic:
+        levels.append(
+            (broker_name, cluster_dynamic[broker_name], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+        )
+    if static is not None:
+        levels.append((broker_name, static, ConfigSource.STATIC_BROKER_CONFIG))
+    return levels
 
 
 def resolve_topic_configs(
@@ -349,7 +374,7 @@ def resolve_topic_configs(
     """Every topic config with its effective value and where that value comes from."""
     resolved = []
     for definition in TOPIC_CONFIGS.values():
-        levels: list[tuple[str, str, ConfigSource]] = []
+        levels: list[Synonym] = []
         if definition.name in topic_overrides:
             levels.append(
                 (
@@ -360,21 +385,8 @@ def resolve_topic_configs(
             )
         broker_name = definition.broker_name
         if broker_name is not None:
-            if broker_name in broker_dynamic:
-                levels.append(
-                    (broker_name, broker_dynamic[broker_name], ConfigSource.DYNAMIC_BROKER_CONFIG)
-                )
-            if broker_name in cluster_dynamic:
-                levels.append(
-                    (
-                        broker_name,
-                        cluster_dynamic[broker_name],
-                        ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
-                    )
-                )
             static = _static_value(broker_name, broker_static)
-            if static is not None:
-                levels.append((broker_name, static, ConfigSource.STATIC_BROKER_CONFIG))
+            levels += broker_levels(broker_name, broker_dynamic, cluster_dynamic, static)
         levels.append((definition.name, definition.default, ConfigSource.DEFAULT_CONFIG))
         _, value, source = levels[0]
         resolved.append(ResolvedConfig(definition.name, value, source, definition, tuple(levels)))
@@ -382,6 +394,8 @@ def resolve_topic_configs(
 
 
 def _static_value(broker_name: str, broker_static: Mapping[str, str]) -> str | None:
+    """The `server.properties` value of `broker_name`; `log.retention.minutes|hours` and
+    `log.roll.hours` stand in for the ms names when those are not set, as in Kafka."""
     if broker_name in broker_static:
         return broker_static[broker_name]
     if broker_name == "log.retention.ms":

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from broker.protocol.errors import ErrorCode
 from broker.storage.config import InvalidConfig
 
-from .configs import BROKER_DYNAMIC, TOPIC_CONFIGS, validate_topic_configs
+from .configs import BROKER_DYNAMIC, TOPIC_CONFIGS, ConfigType, validate_topic_configs
 from .image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from .records import (
     ConfigRecord,
@@ -104,7 +104,9 @@ class Outcome:
     message: str | None = None
 
 
-_LIST_CONFIGS = {name for name, d in TOPIC_CONFIGS.items() if d.type.name == "LIST"}
+_LIST_CONFIGS = {name for name, d in TOPIC_CONFIGS.items() if d.type == ConfigType.LIST}
+_TOPIC_NAME_OF = {d.broker_name: d.name for d in TOPIC_CONFIGS.values() if d.broker_name}
+"""Broker-level name → the topic config it sets the default of."""
 
 
 class QuorumController:
@@ -354,18 +356,16 @@ class QuorumController:
             outcome = _apply_op(updated, op)
             if outcome is not None:
                 return [], outcome
-        if resource_type == TOPIC_RESOURCE:
-            try:
-                validate_topic_configs(updated)
-            except InvalidConfig as exc:
-                return [], Outcome(ErrorCode.invalid_config, str(exc))
-        else:
-            try:
-                validate_topic_configs(
-                    {_topic_name_of(k): v for k, v in updated.items() if _topic_name_of(k)}
-                )
-            except InvalidConfig as exc:
-                return [], Outcome(ErrorCode.invalid_config, str(exc))
+        # A broker-level default is held to the rules of the topic config it is the default of.
+        as_topic = (
+            updated
+            if resource_type == TOPIC_RESOURCE
+            else {_TOPIC_NAME_OF[k]: v for k, v in updated.items() if k in _TOPIC_NAME_OF}
+        )
+        try:
+            validate_topic_configs(as_topic)
+        except InvalidConfig as exc:
+            return [], Outcome(ErrorCode.invalid_config, str(exc))
         records: list[MetadataRecord] = []
         for key in sorted(set(current) | set(updated)):
             if current.get(key) != updated.get(key):
@@ -380,13 +380,6 @@ class QuorumController:
         start = self.image.next_producer_id
         end = start + PRODUCER_ID_BLOCK_SIZE
         return [ProducerIdsRecord(broker_id, broker_epoch, end)], range(start, end)
-
-
-def _topic_name_of(broker_name: str) -> str:
-    for definition in TOPIC_CONFIGS.values():
-        if definition.broker_name == broker_name:
-            return definition.name
-    return ""
 
 
 def _apply_op(configs: dict[str, str], op: ConfigOp) -> Outcome | None:

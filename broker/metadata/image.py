@@ -27,6 +27,7 @@ __all__ = [
     "BROKER_RESOURCE",
     "TOPIC_RESOURCE",
     "BrokerState",
+    "Change",
     "ConfigChanged",
     "MetadataImage",
     "PartitionChanged",
@@ -95,6 +96,7 @@ class ConfigChanged:
 
 
 Change = PartitionChanged | TopicRemoved | ConfigChanged
+"""What `MetadataImage.apply` reports for the broker side to act on."""
 
 
 class MetadataImage:

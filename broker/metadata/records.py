@@ -50,15 +50,22 @@ class Spec:
     tag: int | None = None
 
 
-class MetadataRecord:
-    API_KEY: ClassVar[int]
-    VERSION: ClassVar[int]
-    """The version Gregor writes (the newest it reads)."""
+class Struct:
+    """A metadata record's message or one of its nested structs: its fields in wire order."""
+
     FIELDS: ClassVar[tuple[Spec, ...]]
 
 
+class MetadataRecord(Struct):
+    """A record value of `__cluster_metadata`, identified on the wire by its API key."""
+
+    API_KEY: ClassVar[int]
+    VERSION: ClassVar[int]
+    """The version Gregor writes (the newest it reads)."""
+
+
 @dataclass(frozen=True, slots=True)
-class BrokerEndpoint(MetadataRecord):
+class BrokerEndpoint(Struct):
     name: str
     host: str
     port: int
@@ -72,7 +79,7 @@ class BrokerEndpoint(MetadataRecord):
 
 
 @dataclass(frozen=True, slots=True)
-class BrokerFeature(MetadataRecord):
+class BrokerFeature(Struct):
     name: str
     min_supported_version: int
     max_supported_version: int
@@ -259,7 +266,11 @@ RECORD_TYPES: dict[int, type[Any]] = {
         ProducerIdsRecord,
     )
 }
-_STRUCTS: dict[str, type[Any]] = {"BrokerEndpoint": BrokerEndpoint, "BrokerFeature": BrokerFeature}
+STRUCT_TYPES: dict[str, type[Any]] = {
+    "BrokerEndpoint": BrokerEndpoint,
+    "BrokerFeature": BrokerFeature,
+}
+"""The nested structs by the name a field's `[]Name` type gives them."""
 
 # -- encoding -------------------------------------------------------------------------------
 
@@ -292,7 +303,7 @@ def _write_value(out: bytearray, kind: str, value: Any) -> None:
         out += write_uvarint(len(value) + 1)
         element = kind[2:]
         for item in value:
-            if element in _STRUCTS:
+            if element in STRUCT_TYPES:
                 _write_struct(out, item, 0)
             else:
                 _write_value(out, element, item)
@@ -380,8 +391,8 @@ def _read_value(reader: _Reader, kind: str, what: str) -> Any:
         if count - 1 > len(reader.data) - reader.pos:
             raise MalformedInput(f"{what} claims {count - 1} elements", where="metadata record")
         element = kind[2:]
-        if element in _STRUCTS:
-            return tuple(_read_struct(reader, _STRUCTS[element], 0) for _ in range(count - 1))
+        if element in STRUCT_TYPES:
+            return tuple(_read_struct(reader, STRUCT_TYPES[element], 0) for _ in range(count - 1))
         return tuple(_read_value(reader, element, what) for _ in range(count - 1))
     raise TypeError(f"unknown metadata field type {kind}")  # pragma: no cover
 

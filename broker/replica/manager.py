@@ -242,11 +242,9 @@ class ReplicaManager:
         if isinstance(found, ErrorCode):
             return FetchResult(found)
         partition = found
-        if current_leader_epoch >= 0:
-            if current_leader_epoch < partition.leader_epoch:
-                return FetchResult(ErrorCode.fenced_leader_epoch)
-            if current_leader_epoch > partition.leader_epoch:
-                return FetchResult(ErrorCode.unknown_leader_epoch)
+        stale = _epoch_error(partition, current_leader_epoch)
+        if stale is not None:
+            return FetchResult(stale)
         log_ = partition.log
         high_watermark = partition.high_watermark
         result = FetchResult(ErrorCode.none, high_watermark, log_.log_start_offset)
@@ -293,13 +291,9 @@ class ReplicaManager:
         if isinstance(found, ErrorCode):
             return OffsetResult(found)
         partition = found
-        if current_leader_epoch >= 0 and current_leader_epoch != partition.leader_epoch:
-            code = (
-                ErrorCode.fenced_leader_epoch
-                if current_leader_epoch < partition.leader_epoch
-                else ErrorCode.unknown_leader_epoch
-            )
-            return OffsetResult(code)
+        stale = _epoch_error(partition, current_leader_epoch)
+        if stale is not None:
+            return OffsetResult(stale)
         log_ = partition.log
         high_watermark = partition.high_watermark
         if timestamp == EARLIEST_TIMESTAMP:
@@ -340,3 +334,13 @@ class ReplicaManager:
             return ErrorCode.none, self.logs.delete_records(topic, index, target)
         except OffsetOutOfRange:
             return ErrorCode.offset_out_of_range, -1
+
+
+def _epoch_error(partition: Partition, current_leader_epoch: int) -> ErrorCode | None:
+    """KIP-320: a client that knows an older leader epoch is fenced, one that knows a newer
+    epoch than this replica has is ahead of it; -1 means the client does not say."""
+    if current_leader_epoch < 0 or current_leader_epoch == partition.leader_epoch:
+        return None
+    if current_leader_epoch < partition.leader_epoch:
+        return ErrorCode.fenced_leader_epoch
+    return ErrorCode.unknown_leader_epoch

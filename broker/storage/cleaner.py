@@ -84,6 +84,7 @@ from .config import LogConfig
 from .errors import CorruptRecordError
 from .files import fsync_dir
 from .indexes import OffsetIndex, TimeIndex
+from .producer_state import PRODUCER_ID_EXPIRATION_MS
 from .segments import CLEANED_SUFFIX, SWAP_SUFFIX, LogSegment, segment_file_name
 
 if TYPE_CHECKING:
@@ -91,7 +92,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLEANER_CHECKPOINT_FILE",
-    "PRODUCER_ID_EXPIRATION_MS",
     "CleanResult",
     "CleanableRange",
     "clean",
@@ -105,8 +105,6 @@ __all__ = [
 ]
 
 CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
-PRODUCER_ID_EXPIRATION_MS = 24 * 3600 * 1000
-"""Kafka's `producer.id.expiration.ms` default: a producer silent this long is no longer active."""
 
 _INT32_MAX = 2**31 - 1
 _WRITE_CHUNK_BYTES = 1024 * 1024

@@ -29,11 +29,11 @@ from broker.protocol.records import (
     read_batch_header,
 )
 
-from .cleaner import PRODUCER_ID_EXPIRATION_MS, complete_interrupted_swaps
+from .cleaner import complete_interrupted_swaps
 from .config import LogConfig
 from .epochs import LeaderEpochCache
 from .errors import CorruptRecordError, OffsetOutOfRange, RecordTooLarge
-from .producer_state import BatchMetadata, ProducerStateManager
+from .producer_state import PRODUCER_ID_EXPIRATION_MS, BatchMetadata, ProducerStateManager
 from .segments import DELETED_SUFFIX, FileSlice, LogSegment
 from .validation import check_max_timestamp, prepare
 

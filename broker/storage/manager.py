@@ -27,7 +27,6 @@ from typing import TextIO
 
 from .checkpoints import read_offset_checkpoint, write_offset_checkpoint
 from .cleaner import (
-    PRODUCER_ID_EXPIRATION_MS,
     CleanResult,
     clean,
     filthiest_log,
@@ -37,6 +36,7 @@ from .cleaner import (
 from .config import LogConfig
 from .errors import LogOffline, StorageError
 from .log import Log, parse_partition_dir
+from .producer_state import PRODUCER_ID_EXPIRATION_MS
 from .segments import LogSegment
 
 __all__ = ["CLEAN_SHUTDOWN_FILE", "LogManager", "TopicPartition"]

@@ -45,6 +45,7 @@ from .segments import segment_file_name
 
 __all__ = [
     "BATCHES_TO_RETAIN",
+    "PRODUCER_ID_EXPIRATION_MS",
     "SNAPSHOT_SUFFIX",
     "BatchMetadata",
     "CorruptSnapshot",
@@ -58,6 +59,9 @@ BATCHES_TO_RETAIN = 5
 """Kafka keeps the last five batches per producer: a producer has at most five requests in
 flight per partition (`max.in.flight.requests.per.connection` with idempotence), so any retry
 is one of them."""
+PRODUCER_ID_EXPIRATION_MS = 24 * 3600 * 1000
+"""Kafka's `producer.id.expiration.ms` default: a producer silent this long is forgotten (and
+the cleaner no longer keeps its last batch)."""
 SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOT_VERSION = 1
 NO_OFFSET = -1

@@ -50,14 +50,12 @@ def segment_file_name(base_offset: int, suffix: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class FileSlice:
-    """A range of a segment file: what a fetch sends, by `sendfile` or by `read`."""
+    """A range of a segment file, as `Log.read` finds it. It borrows the segment's descriptor,
+    so it is only good while the segment is open; a fetch response holds its `pin()`ned copy."""
 
     fd: int
     position: int
     size: int
-
-    def __len__(self) -> int:
-        return self.size
 
     def read(self) -> bytes:
         """The bytes, for listeners that cannot `sendfile` (TLS)."""
@@ -70,15 +68,14 @@ class FileSlice:
         return PinnedSlice(os.dup(self.fd), self.position, self.size)
 
 
+@dataclass(slots=True, eq=False)
 class PinnedSlice:
-    """A `FileSlice` that owns its descriptor: `close` it once sent (or dropped)."""
+    """A `FileSlice` that owns its descriptor: the `Region` a Fetch response carries
+    (`broker.protocol.fetch`), which the server sends and then closes."""
 
-    __slots__ = ("fd", "position", "size")
-
-    def __init__(self, fd: int, position: int, size: int) -> None:
-        self.fd = fd
-        self.position = position
-        self.size = size
+    fd: int
+    position: int
+    size: int
 
     def __len__(self) -> int:
         return self.size
@@ -90,9 +87,6 @@ class PinnedSlice:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-
-    def __repr__(self) -> str:
-        return f"PinnedSlice(fd={self.fd}, position={self.position}, size={self.size})"
 
 
 class LogSegment:
@@ -281,6 +275,12 @@ class LogSegment:
         self._account(position, size, max_timestamp, last_offset, index=True)
         self.size = position + size
 
+    def update_config(self, config: LogConfig) -> None:
+        """New topic settings (`Log.update_config`): they govern this segment's roll and index
+        entries from the next append on."""
+        self.config = config
+        self._max_segment_ms = config.max_segment_ms
+
     def should_roll(self, incoming_bytes: int, now_ms: int) -> bool:
         if self.size == 0:
             return False
@@ -296,10 +296,6 @@ class LogSegment:
         return now_ms - rolling_timestamp > self._max_segment_ms
 
     # -- reading ---------------------------------------------------------------------------
-
-    def update_config(self, config: LogConfig) -> None:
-        self.config = config
-        self._max_segment_ms = config.max_segment_ms
 
     def find_batch(self, offset: int) -> tuple[int, BatchHeader] | None:
         """The first batch whose last offset is at least `offset`: where a read starts."""

@@ -1,4 +1,5 @@
-"""Fixtures shared by the integration scenarios that run against both brokers."""
+"""Fixtures shared by the integration scenarios: one `gregor broker` per test module (`node`),
+and one broker of each kind per module for the scenarios that run against both (`broker`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,17 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.brokers import BROKERS, RunningBroker, run_broker
+from tests.support.nodes import RunningNode, run_node
+
+
+@pytest.fixture(scope="module")
+def node(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningNode]:
+    """One `gregor broker` for the whole test module, stopped (and its clean exit checked)
+    after the module's last test."""
+    with run_node(tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])) as running:
+        yield running
 
 
 @pytest.fixture(scope="module", params=BROKERS)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import (
     AlterConfigOpType,
     ConfigEntry,
@@ -30,25 +28,13 @@ from confluent_kafka.cimpl import NewPartitions, NewTopic
 
 from broker.protocol import Codec
 from broker.protocol.records import validate_batch
-from tests.integration.clients import QUIET, create_topic, read_all
-from tests.integration.nodes import RunningNode, run_node, start_node
+from tests.integration.clients import QUIET, admin_client, create_topic, read_all
+from tests.support.nodes import RunningNode, run_node, start_node
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
 Headers = list[tuple[str, str | bytes | None]]
 Sent = list[tuple[bytes, bytes, Headers]]
-
-
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningNode]:
-    with run_node(
-        tmp_path_factory.mktemp("clients"), {"group.initial.rebalance.delay.ms": "0"}
-    ) as running:
-        yield running
-
-
-def _admin(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap, **QUIET})
 
 
 def _records(count: int, tag: str) -> Sent:
@@ -143,7 +129,8 @@ def test_aiokafka_produce_and_consume(node: RunningNode, codec: str) -> None:
             consumer.assign([AioTopicPartition(topic, p) for p in range(3)])
             await consumer.seek_to_beginning()
             got: list[Any] = []
-            while len(got) < len(sent):
+            deadline = time.monotonic() + 20
+            while len(got) < len(sent) and time.monotonic() < deadline:
                 batches = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 20)
                 for messages in batches.values():
                     got.extend(messages)
@@ -197,7 +184,7 @@ def test_seek_by_timestamp(node: RunningNode) -> None:
     producer = Producer({"bootstrap.servers": node.bootstrap, "linger.ms": 0, **QUIET})
     for i in range(10):
         producer.produce(topic, value=f"t{i}".encode(), timestamp=base + i * 1000)
-        producer.flush(5)
+        assert producer.flush(5) == 0  # one batch per record: the lookup crosses batches
     consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "ts-reader", **QUIET})
     try:
         found = consumer.offsets_for_times([TopicPartition(topic, 0, base + 4500)], timeout=10)
@@ -254,7 +241,7 @@ def test_topic_timestamp_and_compression_settings(node: RunningNode) -> None:
 
 
 def test_admin_topics_partitions_configs_and_records(node: RunningNode) -> None:
-    admin = _admin(node.bootstrap)
+    admin = admin_client(node.bootstrap)
     topic = "admin-topic"
     create_topic(node.bootstrap, topic, partitions=2, **{"retention.ms": "3600000"})
     with pytest.raises(KafkaException) as exists:
@@ -328,7 +315,7 @@ def test_admin_topics_partitions_configs_and_records(node: RunningNode) -> None:
 
 
 def test_invalid_topics_are_refused_with_kafka_errors(node: RunningNode) -> None:
-    admin = _admin(node.bootstrap)
+    admin = admin_client(node.bootstrap)
     futures = admin.create_topics(
         [
             NewTopic("bad/name", 1, 1),
@@ -357,17 +344,52 @@ def test_metadata_auto_creates_topics(node: RunningNode) -> None:
     producer = Producer({"bootstrap.servers": node.bootstrap, **QUIET})
     producer.produce("auto-created", value=b"hello")
     assert producer.flush(15) == 0
-    admin = _admin(node.bootstrap)
+    admin = admin_client(node.bootstrap)
     metadata = admin.list_topics("auto-created", timeout=10)
     assert len(metadata.topics["auto-created"].partitions) == 1  # num.partitions
 
 
+@pytest.mark.filterwarnings("ignore:read_text is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning")
 def test_describe_cluster_and_log_dirs(node: RunningNode) -> None:
-    admin = _admin(node.bootstrap)
+    from kafka.admin import KafkaAdminClient  # noqa: PLC0415 - warns on import
+
+    admin = admin_client(node.bootstrap)
     cluster = admin.describe_cluster().result(10)
     assert [n.id for n in cluster.nodes] == [1]
     assert cluster.controller.id == 1
     assert len(cluster.cluster_id) == 22
+
+    # DescribeLogDirs (kafka-log-dirs; confluent-kafka has no call for it): the node's one log
+    # dir, each partition's size as the bytes of its segments on disk.
+    create_topic(node.bootstrap, "sized", partitions=2)
+    producer = Producer({"bootstrap.servers": node.bootstrap, **QUIET})
+    for i in range(5):
+        producer.produce("sized", value=f"record-{i}".encode() * 10, partition=0)
+    assert producer.flush(10) == 0
+    log_dirs = node.config.parent / "logs"
+    kp_admin = KafkaAdminClient(bootstrap_servers=node.bootstrap, request_timeout_ms=10_000)
+    try:
+        [described] = kp_admin.describe_log_dirs(["sized"])
+    finally:
+        kp_admin.close()
+    assert described["broker"] == 1
+    [log_dir] = described["log_dirs"]
+    assert (log_dir["error_code"], log_dir["log_dir"]) == (0, str(log_dirs))
+    assert log_dir["total_bytes"] >= log_dir["usable_bytes"] > 0
+    sizes = {
+        p["partition_index"]: p["partition_size"]
+        for t in log_dir["topics"]
+        if t["name"] == "sized"
+        for p in t["partitions"]
+    }
+    on_disk = {
+        index: sum(f.stat().st_size for f in (log_dirs / f"sized-{index}").glob("*.log"))
+        for index in (0, 1)
+    }
+    assert sizes == on_disk
+    assert on_disk[0] > 0
+    assert on_disk[1] == 0
 
 
 # -- crash safety -----------------------------------------------------------------------------
@@ -388,7 +410,7 @@ def test_sigkill_keeps_every_acknowledged_record_and_topic_config(tmp_path: Path
         node.kill()
     with run_node(tmp_path) as restarted:
         _check_same(sent, read_all(restarted.bootstrap, "durable", 2, len(sent)))
-        admin = _admin(restarted.bootstrap)
+        admin = admin_client(restarted.bootstrap)
         resource = ConfigResource(ConfigResource.Type.TOPIC, "durable")
         described = admin.describe_configs([resource])[resource].result(10)
         assert described["retention.ms"].value == "123456789"
@@ -401,7 +423,7 @@ def test_sigkill_keeps_every_acknowledged_record_and_topic_config(tmp_path: Path
             low, high = consumer.get_watermark_offsets(TopicPartition("durable", 0), timeout=10)
         finally:
             consumer.close()
-        on_zero = sum(
-            1 for m in read_all(restarted.bootstrap, "durable", 2, 301) if not m.partition()
-        )
-        assert (low, high) == (0, on_zero)
+        on_zero = [m for m in read_all(restarted.bootstrap, "durable", 2, 301) if not m.partition()]
+        assert (low, high) == (0, len(on_zero))
+        assert [m.offset() for m in on_zero] == list(range(high))
+        assert on_zero[-1].value() == b"after"

@@ -6,22 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
 
-from tests.integration.clients import QUIET, create_topic
-from tests.integration.nodes import RunningNode, run_node, start_node
-
-
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningNode]:
-    with run_node(tmp_path_factory.mktemp("groups")) as running:
-        yield running
+from tests.integration.clients import QUIET, admin_client, create_topic
+from tests.support.nodes import RunningNode, run_node, start_node
 
 
 def _topic(bootstrap: str, name: str, partitions: int, records: int) -> None:
@@ -103,7 +95,7 @@ def test_commit_and_resume_after_consumer_restart(node: RunningNode) -> None:
         [TopicPartition("resume", 0), TopicPartition("resume", 1)], timeout=10
     )
     assert {tp.partition: tp.offset for tp in committed} == {
-        p: last.get(p, -1) + 1 if p in last else -1001 for p in (0, 1)
+        p: last[p] + 1 if p in last else -1001 for p in (0, 1)
     }
     restarted.subscribe(["resume"])
     rest = _poll_until([restarted], lambda g: len(g) >= 30 - len(first_batch))
@@ -122,7 +114,7 @@ def test_list_and_describe_groups(node: RunningNode) -> None:
     consumer = _consumer(node.bootstrap, "describers")
     consumer.subscribe(["described"])
     _poll_until([consumer], lambda g: len(g) >= 5)
-    admin = AdminClient({"bootstrap.servers": node.bootstrap, **QUIET})
+    admin = admin_client(node.bootstrap)
     listed = admin.list_consumer_groups().result(10)
     assert "describers" in {g.group_id for g in listed.valid}
     description = admin.describe_consumer_groups(["describers"])["describers"].result(10)
@@ -135,37 +127,39 @@ def test_list_and_describe_groups(node: RunningNode) -> None:
 @pytest.mark.filterwarnings("ignore:read_text is deprecated:DeprecationWarning")
 @pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning")
 def test_kafka_python_group_consumer(node: RunningNode) -> None:
-    from kafka import KafkaConsumer  # noqa: PLC0415 - warns on import
+    from kafka import KafkaConsumer, TopicPartition  # noqa: PLC0415 - warns on import
 
     _topic(node.bootstrap, "kp-group", partitions=3, records=30)
-    consumer = KafkaConsumer(
-        "kp-group",
-        bootstrap_servers=node.bootstrap,
-        group_id="kp-readers",
-        auto_offset_reset="earliest",
-        consumer_timeout_ms=10_000,
-    )
+
+    def reader(timeout_ms: int) -> KafkaConsumer:
+        return KafkaConsumer(
+            "kp-group",
+            bootstrap_servers=node.bootstrap,
+            group_id="kp-readers",
+            auto_offset_reset="earliest",
+            consumer_timeout_ms=timeout_ms,
+        )
+
+    consumer = reader(10_000)
     got = [message for _, message in zip(range(30), consumer, strict=False)]
     consumer.commit()
     consumer.close()
     assert len(got) == 30
-    again = KafkaConsumer(
-        "kp-group",
-        bootstrap_servers=node.bootstrap,
-        group_id="kp-readers",
-        auto_offset_reset="earliest",
-        consumer_timeout_ms=2_000,
-    )
+    again = reader(2_000)
     assert list(again) == []  # resumed from the committed offsets
+    # ... which are the ends of the partitions (an empty read alone proves no resume).
+    committed = [again.committed(TopicPartition("kp-group", p)) for p in range(3)]
+    assert sum(offset or 0 for offset in committed) == 30
     again.close()
 
 
 def test_aiokafka_group_consumer(node: RunningNode) -> None:
     from aiokafka import AIOKafkaConsumer  # noqa: PLC0415
+    from aiokafka import TopicPartition as AioTopicPartition  # noqa: PLC0415
 
     _topic(node.bootstrap, "aio-group", partitions=3, records=30)
 
-    async def scenario() -> int:
+    async def scenario() -> tuple[int, int]:
         consumer = AIOKafkaConsumer(
             "aio-group",
             bootstrap_servers=node.bootstrap,
@@ -179,11 +173,14 @@ def test_aiokafka_group_consumer(node: RunningNode) -> None:
                 batches = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 20)
                 count += sum(len(messages) for messages in batches.values())
             await consumer.commit()
-            return count
+            committed = [
+                await consumer.committed(AioTopicPartition("aio-group", p)) for p in range(3)
+            ]
+            return count, sum(offset or 0 for offset in committed)
         finally:
             await consumer.stop()
 
-    assert asyncio.run(scenario()) == 30
+    assert asyncio.run(scenario()) == (30, 30)  # read, and committed back to the coordinator
 
 
 def test_group_offsets_survive_sigkill(tmp_path: Path) -> None:

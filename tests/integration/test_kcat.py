@@ -13,10 +13,9 @@ import subprocess
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
 
 from broker.protocol import ApiKey
+from tests.integration.clients import create_topic
 from tests.support.brokers import RunningBroker, require_apis
 
 KCAT_TIMEOUT = 60.0
@@ -41,12 +40,6 @@ def kcat(broker: RunningBroker, *args: str, stdin: str | None = None) -> str:
     return result.stdout
 
 
-def create_topic(broker: RunningBroker, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    futures = admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=30)
-    futures[topic].result(timeout=30)
-
-
 def test_metadata_lists_this_broker(broker: RunningBroker) -> None:
     require_apis(broker, (ApiKey.METADATA,))
     metadata: Any = json.loads(kcat(broker, "-L", "-J"))
@@ -55,7 +48,7 @@ def test_metadata_lists_this_broker(broker: RunningBroker) -> None:
 
 def test_metadata_of_a_topic_lists_its_partitions_and_leaders(broker: RunningBroker) -> None:
     require_apis(broker, TOPIC_METADATA)
-    create_topic(broker, "kcat-described", 3)
+    create_topic(broker.bootstrap, "kcat-described", 3)
     metadata: Any = json.loads(kcat(broker, "-L", "-J", "-t", "kcat-described"))
     [topic] = metadata["topics"]
     assert topic["topic"] == "kcat-described"
@@ -69,7 +62,7 @@ def test_metadata_of_a_topic_lists_its_partitions_and_leaders(broker: RunningBro
 def test_keyed_messages_produced_are_consumed_back(broker: RunningBroker, codec: str) -> None:
     require_apis(broker, (*TOPIC_METADATA, ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS))
     topic = f"kcat-{codec}"
-    create_topic(broker, topic, 2)
+    create_topic(broker.bootstrap, topic, 2)
     lines = [f"{key}:{key}-{n}" for n in range(20) for key in ("alpha", "beta", "gamma")]
     kcat(
         broker,

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from localkube.cluster import drop_chains
+from localkube.host import drop_chains
 
 
 def iptables(*args: str) -> str:

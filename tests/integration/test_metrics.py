@@ -12,14 +12,13 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, Producer
-from confluent_kafka.admin import AdminClient
 from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as openmetrics_families,
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.clients import QUIET, create_topic, read_all
-from tests.integration.nodes import RunningNode, free_port, refused_start, run_node
+from tests.integration.clients import QUIET, admin_client, create_topic, read_all
+from tests.support.nodes import RunningNode, free_port, refused_start, run_node
 
 KEY = "gregor.metrics.listener"
 
@@ -146,7 +145,7 @@ def test_error_codes_in_responses_are_counted_per_api(metered: MeteredNode) -> N
     create_topic(metered.bootstrap, "twice", 1)
     with pytest.raises(Exception, match="already exists"):
         create_topic(metered.bootstrap, "twice", 1)
-    admin = AdminClient({"bootstrap.servers": metered.bootstrap, **QUIET})
+    admin = admin_client(metered.bootstrap)
     missing = admin.list_topics(topic="no-such-topic", timeout=10).topics["no-such-topic"]
     assert missing.error is not None
     after = metered.samples()
@@ -163,7 +162,7 @@ def test_partition_leader_and_log_gauges_match_the_topics(metered: MeteredNode) 
     create_topic(metered.bootstrap, "gauged-a", 4)
     create_topic(metered.bootstrap, "gauged-b", 2)
     _produce(metered.bootstrap, "gauged-a", 10)
-    listed = AdminClient({"bootstrap.servers": metered.bootstrap, **QUIET}).list_topics(timeout=10)
+    listed = admin_client(metered.bootstrap).list_topics(timeout=10)
     expected = {(name, p) for name, t in listed.topics.items() for p in t.partitions}
     assert {("gauged-a", 3), ("gauged-b", 1)} <= expected
     samples = metered.samples()

@@ -10,14 +10,12 @@ import socket
 import struct
 import subprocess
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
 
 from broker.protocol import (
     SUPPORTED,
@@ -31,15 +29,9 @@ from broker.protocol import (
     request_type,
 )
 from broker.protocol.messages import request_module
-from tests.integration.clients import QUIET, create_topic
-from tests.integration.nodes import RunningNode, free_port, refused_start, run_node
+from tests.integration.clients import QUIET, admin_client, create_topic
+from tests.support.nodes import RunningNode, free_port, refused_start, run_node
 from tests.support.wire import exchange
-
-
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningNode]:
-    with run_node(tmp_path_factory.mktemp("node")) as running:
-        yield running
 
 
 def _api_versions(sock: socket.socket, version: int) -> Any:
@@ -65,7 +57,7 @@ def _empty_metadata_request() -> Any:
 
 
 def test_confluent_kafka_bootstraps_and_sees_this_broker(node: RunningNode) -> None:
-    metadata: Any = AdminClient({"bootstrap.servers": node.bootstrap}).list_topics(timeout=10)
+    metadata: Any = admin_client(node.bootstrap).list_topics(timeout=10)
     assert list(metadata.brokers) == [1]
     assert (metadata.brokers[1].host, metadata.brokers[1].port) == ("localhost", node.port)
     assert metadata.cluster_id is not None
@@ -216,9 +208,9 @@ def test_a_log_dir_of_another_cluster_is_refused(tmp_path: Path) -> None:
 
 def test_restart_keeps_the_cluster_id(tmp_path: Path) -> None:
     with run_node(tmp_path) as first:
-        before = AdminClient({"bootstrap.servers": first.bootstrap}).list_topics(timeout=10)
+        before = admin_client(first.bootstrap).list_topics(timeout=10)
     with run_node(tmp_path) as second:
-        after = AdminClient({"bootstrap.servers": second.bootstrap}).list_topics(timeout=10)
+        after = admin_client(second.bootstrap).list_topics(timeout=10)
     assert after.cluster_id == before.cluster_id
 
 

@@ -13,13 +13,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
-
 from broker.protocol import ApiKey, ErrorCode, build, request_type
 from broker.protocol.messages import request_module
 from broker.protocol.records import Record, build_batch
-from tests.integration.nodes import run_node, start_node
+from tests.integration.clients import create_topic
+from tests.support.nodes import run_node, start_node
 from tests.support.wire import call
 
 PRODUCE_VERSION = 9
@@ -73,8 +71,7 @@ def _batch(producer_id: int, epoch: int, sequence: int, count: int) -> bytes:
 def test_a_retried_batch_after_a_crash_is_not_written_twice(tmp_path: Path) -> None:
     node = start_node(tmp_path)
     try:
-        admin = AdminClient({"bootstrap.servers": node.bootstrap, "log_level": 0})
-        admin.create_topics([NewTopic("idempotent", 1, 1)])["idempotent"].result(10)
+        create_topic(node.bootstrap, "idempotent", 1)
         producer_id, epoch = _init_producer_id(node.port)
         first = _produce(node.port, _batch(producer_id, epoch, 0, 5))
         second = _produce(node.port, _batch(producer_id, epoch, 5, 5))

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 
-from tests.integration.nodes import RunningNode, run_node
+from tests.integration.clients import QUIET
+from tests.support.nodes import RunningNode
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:read_text is deprecated:DeprecationWarning"),
@@ -20,14 +20,8 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningNode]:
-    with run_node(tmp_path_factory.mktemp("python-admin")) as running:
-        yield running
-
-
 def _produce_with_timestamps(bootstrap: str, topic: str, base: int, count: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "log_level": 0})
+    producer = Producer({"bootstrap.servers": bootstrap, **QUIET})
     for i in range(count):
         producer.produce(topic, value=f"t{i}".encode(), partition=0, timestamp=base + i * 1000)
     assert producer.flush(10) == 0

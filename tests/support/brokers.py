@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from broker.protocol import ApiKey, ErrorCode, build, request_type
-from tests.integration.nodes import run_node
 from tests.support.kafka_dist import run_kafka
+from tests.support.nodes import run_node
 from tests.support.wire import call
 
 __all__ = [

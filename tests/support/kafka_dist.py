@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict, Unpack
 
-from tests.integration.nodes import free_port
+from tests.support.nodes import free_port
 
 __all__ = [
     "CONFIG_COMMAND",

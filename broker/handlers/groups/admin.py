@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from broker.groups import GroupService
-from broker.handlers.context import NO_THROTTLE
+from broker.groups import GroupDescription, GroupService, ListGroupsResult
+from broker.handlers.context import AUTHORIZED_OPERATIONS_OMITTED, NO_THROTTLE
 from broker.protocol import ApiKey, ErrorCode, RequestBody, ResponseBody, build, response_module
 from broker.server import Handler, RequestContext
 from broker.server.dispatcher import ErrorResponder
@@ -15,63 +16,48 @@ from .common import E, GroupApi, GroupNodeInfo, version_of
 _GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 """READ, DELETE and DESCRIBE: the ACL operations on a group, all allowed without an
 authorizer (DescribeGroups v3+ `include_authorized_operations`)."""
-_NO_OPERATIONS = -(2**31)
 
 
 class DescribeGroups(GroupApi):
     async def __call__(self, context: RequestContext, request: Any) -> ResponseBody:
-        version = version_of(request)
-        schema = response_module(ApiKey.DESCRIBE_GROUPS, version)
         operations = (
             _GROUP_OPERATIONS
             if getattr(request, "include_authorized_operations", False)
-            else _NO_OPERATIONS
+            else AUTHORIZED_OPERATIONS_OMITTED
         )
         described = await self._service.describe_groups(request.groups)
-        groups = tuple(
-            build(
-                schema.DescribedGroup,
-                error_code=d.error,
-                group_id=d.group_id,
-                group_state=d.state,
-                protocol_type=d.protocol_type,
-                protocol_data=d.protocol,
-                members=tuple(
-                    build(
-                        schema.DescribedGroupMember,
-                        member_id=m.member_id,
-                        group_instance_id=m.group_instance_id,
-                        client_id=m.client_id,
-                        client_host=m.client_host,
-                        member_metadata=m.metadata,
-                        member_assignment=m.assignment,
-                    )
-                    for m in d.members
-                ),
-                authorized_operations=operations if d.error == E.none else _NO_OPERATIONS,
-            )
-            for d in described
-        )
-        response: ResponseBody = build(
-            schema.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=groups
-        )
-        return response
+        return _describe_response(version_of(request), described, operations)
 
 
-def _describe_error(request: RequestBody, error: ErrorCode) -> ResponseBody:
-    body: Any = request
-    schema = response_module(ApiKey.DESCRIBE_GROUPS, version_of(body))
+def _describe_response(
+    version: int, described: Iterable[GroupDescription], operations: int
+) -> ResponseBody:
+    schema = response_module(ApiKey.DESCRIBE_GROUPS, version)
     groups = tuple(
         build(
             schema.DescribedGroup,
-            error_code=error,
-            group_id=group_id,
-            group_state="",
-            protocol_type="",
-            protocol_data="",
-            members=(),
+            error_code=d.error,
+            group_id=d.group_id,
+            group_state=d.state,
+            protocol_type=d.protocol_type,
+            protocol_data=d.protocol,
+            members=tuple(
+                build(
+                    schema.DescribedGroupMember,
+                    member_id=m.member_id,
+                    group_instance_id=m.group_instance_id,
+                    client_id=m.client_id,
+                    client_host=m.client_host,
+                    member_metadata=m.metadata,
+                    member_assignment=m.assignment,
+                )
+                for m in d.members
+            ),
+            authorized_operations=operations
+            if d.error == E.none
+            else AUTHORIZED_OPERATIONS_OMITTED,
         )
-        for group_id in body.groups
+        for d in described
     )
     response: ResponseBody = build(
         schema.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=groups
@@ -79,38 +65,43 @@ def _describe_error(request: RequestBody, error: ErrorCode) -> ResponseBody:
     return response
 
 
+def _describe_error(request: RequestBody, error: ErrorCode) -> ResponseBody:
+    body: Any = request
+    failed = (GroupDescription(group_id, error, state="") for group_id in body.groups)
+    return _describe_response(version_of(body), failed, AUTHORIZED_OPERATIONS_OMITTED)
+
+
 class ListGroups(GroupApi):
     async def __call__(self, context: RequestContext, request: Any) -> ResponseBody:
-        version = version_of(request)
-        schema = response_module(ApiKey.LIST_GROUPS, version)
         result = await self._service.list_groups(
             getattr(request, "states_filter", ()), getattr(request, "types_filter", ())
         )
-        groups = tuple(
-            build(
-                schema.ListedGroup,
-                group_id=g.group_id,
-                protocol_type=g.protocol_type,
-                group_state=g.state,
-                group_type=g.group_type,
-            )
-            for g in result.groups
+        return _list_response(version_of(request), result)
+
+
+def _list_response(version: int, result: ListGroupsResult) -> ResponseBody:
+    schema = response_module(ApiKey.LIST_GROUPS, version)
+    groups = tuple(
+        build(
+            schema.ListedGroup,
+            group_id=g.group_id,
+            protocol_type=g.protocol_type,
+            group_state=g.state,
+            group_type=g.group_type,
         )
-        response: ResponseBody = build(
-            schema.ListGroupsResponse,
-            throttle_time=NO_THROTTLE,
-            error_code=result.error,
-            groups=groups,
-        )
-        return response
+        for g in result.groups
+    )
+    response: ResponseBody = build(
+        schema.ListGroupsResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=result.error,
+        groups=groups,
+    )
+    return response
 
 
 def _list_error(request: RequestBody, error: ErrorCode) -> ResponseBody:
-    schema = response_module(ApiKey.LIST_GROUPS, version_of(request))
-    response: ResponseBody = build(
-        schema.ListGroupsResponse, throttle_time=NO_THROTTLE, error_code=error, groups=()
-    )
-    return response
+    return _list_response(version_of(request), ListGroupsResult(error))
 
 
 class DeleteGroups(GroupApi):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from broker.groups import (
@@ -21,28 +21,40 @@ from broker.server.dispatcher import ErrorResponder
 from .common import E, GroupApi, GroupNodeInfo, ms, version_of
 
 
-class OffsetCommit:
+class _PartitionsApi(GroupApi):
+    """An offset API whose partitions of unknown topics are answered here, as Kafka's request
+    layer does, and never reach the coordinator."""
+
     def __init__(self, service: GroupService, node: GroupNodeInfo) -> None:
-        self._service = service
+        super().__init__(service)
         self._node = node
 
-    async def __call__(self, context: RequestContext, request: Any) -> ResponseBody:
-        offsets = []
-        errors: dict[tuple[str, int], ErrorCode] = {}
-        for topic in request.topics:
+    def _known_partitions(
+        self, topics: Any, errors: dict[tuple[str, int], ErrorCode]
+    ) -> Iterator[tuple[str, Any]]:
+        """(topic name, partition) of each requested partition that exists; the others get
+        UNKNOWN_TOPIC_OR_PARTITION in `errors`."""
+        for topic in topics:
             for p in topic.partitions:
-                if not self._node.partition_exists(topic.name, p.partition_index):
+                if self._node.partition_exists(topic.name, p.partition_index):
+                    yield topic.name, p
+                else:
                     errors[(topic.name, p.partition_index)] = E.unknown_topic_or_partition
-                    continue
-                offsets.append(
-                    CommitOffset(
-                        topic=topic.name,
-                        partition=p.partition_index,
-                        offset=p.committed_offset,
-                        leader_epoch=getattr(p, "committed_leader_epoch", -1),
-                        metadata=p.committed_metadata,
-                    )
-                )
+
+
+class OffsetCommit(_PartitionsApi):
+    async def __call__(self, context: RequestContext, request: Any) -> ResponseBody:
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        offsets = [
+            CommitOffset(
+                topic=topic,
+                partition=p.partition_index,
+                offset=p.committed_offset,
+                leader_epoch=getattr(p, "committed_leader_epoch", -1),
+                metadata=p.committed_metadata,
+            )
+            for topic, p in self._known_partitions(request.topics, errors)
+        ]
         if offsets:
             retention = getattr(request, "retention_time", None)
             result = await self._service.commit_offsets(
@@ -179,21 +191,13 @@ def _fetch_error(request: RequestBody, error: ErrorCode) -> ResponseBody:
     return _fetch_response(version, body, results)
 
 
-class OffsetDelete:
-    def __init__(self, service: GroupService, node: GroupNodeInfo) -> None:
-        self._service = service
-        self._node = node
-
+class OffsetDelete(_PartitionsApi):
     async def __call__(self, context: RequestContext, request: Any) -> ResponseBody:
-        wanted = []
         errors: dict[tuple[str, int], ErrorCode] = {}
-        for topic in request.topics:
-            for p in topic.partitions:
-                tp = (topic.name, p.partition_index)
-                if self._node.partition_exists(*tp):
-                    wanted.append(tp)
-                else:
-                    errors[tp] = E.unknown_topic_or_partition
+        wanted = [
+            (topic, p.partition_index)
+            for topic, p in self._known_partitions(request.topics, errors)
+        ]
         result = await self._service.delete_offsets(
             OffsetDeleteRequest(group_id=request.group_id, partitions=tuple(wanted))
         )

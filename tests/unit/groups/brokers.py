@@ -43,7 +43,7 @@ class Broker:
         settings.update(config)
         self.service_log = group_log(self.log) if group_log else self.log
         """What the service writes through: the log itself, or a wrapper around it."""
-        self.service = GroupService(GroupConfig(**settings), self.service_log)
+        self.service = GroupService(GroupConfig(**settings), self.service_log, now_ms=now_ms)
 
     def log_for(self, partition: int) -> Log | None:
         return self.manager.logs.get((TOPIC, partition))

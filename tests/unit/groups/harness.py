@@ -3,12 +3,11 @@ advanced explicitly. Member ids are predictable (`<client or instance>-id<n>`)."
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import struct
 from typing import Any
 
-from broker.groups import GroupConfig, GroupCoordinator, JoinRequest, JoinResult, SyncRequest
+from broker.groups import GroupConfig, GroupCoordinator, JoinRequest, SyncRequest
 from broker.groups.api import HeartbeatRequest, LeaveRequest, OffsetCommitRequest
 from broker.groups.effects import Append
 from broker.protocol import ErrorCode
@@ -175,8 +174,4 @@ class Core:
         return ids
 
 
-def replace(result: Any, **changes: Any) -> Any:
-    return dataclasses.replace(result, **changes)
-
-
-__all__ = ["PROTOCOLS", "Core", "JoinResult", "replace", "subscription"]
+__all__ = ["PROTOCOLS", "Core", "subscription"]

@@ -23,7 +23,10 @@ from broker.groups.records import (
     encode_offset_commit_value,
     java_string_hash,
     partition_for,
+    subscribed_topics,
 )
+
+from .harness import subscription
 
 
 def s(text: str) -> bytes:
@@ -44,7 +47,8 @@ def compact(text: str | None) -> bytes:
         ("", 0),
         ("a", 97),
         ("hello", 99162322),
-        ("console-consumer-12345", java_string_hash("console-consumer-12345")),
+        ("console-consumer-12345", 158455506),
+        ("my-group", -1906497762),
         ("polygenelubricants", -(2**31)),  # Integer.MIN_VALUE
         ("\U0001f600", 0xD83D * 31 + 0xDE00),  # one code point, two UTF-16 code units
     ],
@@ -56,9 +60,8 @@ def test_java_string_hash(text: str, expected: int) -> None:
 def test_partition_for_follows_utils_abs_of_the_hash() -> None:
     assert partition_for("hello", 50) == 99162322 % 50
     assert partition_for("polygenelubricants", 50) == 0  # Utils.abs(MIN_VALUE) is 0
-    negative = "group-b"
-    h = java_string_hash(negative)
-    assert partition_for(negative, 7) == abs(h) % 7
+    # A negative hash counts by its absolute value (Python's % alone would give 38).
+    assert partition_for("my-group", 50) == 1906497762 % 50 == 12
 
 
 def test_offset_commit_key_is_version_1_group_topic_partition() -> None:
@@ -203,3 +206,13 @@ def test_group_metadata_v4_is_flexible() -> None:
 def test_unreadable_values_raise_group_record_error(data: bytes) -> None:
     with pytest.raises(GroupRecordError):
         decode_offset_commit_value(data)
+
+
+def test_subscribed_topics_reads_a_consumer_protocol_subscription() -> None:
+    assert subscribed_topics(subscription("orders", "payments")) == frozenset(
+        {"orders", "payments"}
+    )
+    # Metadata that is not a subscription leaves the topics unknown.
+    assert subscribed_topics(b"sub") is None
+    assert subscribed_topics(subscription("orders")[:-6]) is None  # truncated
+    assert subscribed_topics(struct.pack(">hi", 0, -1)) is None  # a null topic array

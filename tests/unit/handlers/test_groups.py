@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from broker.groups import GroupConfig, GroupService, LogGroupLog
-from broker.groups.group import subscribed_topics
+from broker.groups.records import subscribed_topics
 from broker.handlers import groups
 from broker.protocol import (
     SUPPORTED,
@@ -151,6 +151,18 @@ def with_client(
 MS = timedelta(milliseconds=1)
 
 
+def join_values(**changes: Any) -> dict[str, Any]:
+    """A new consumer's JoinGroup to group `g` with protocol `range`, and `changes`."""
+    return {
+        "group_id": "g",
+        "session_timeout": 10_000 * MS,
+        "rebalance_timeout": 10_000 * MS,
+        "member_id": "",
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": b"sub"}],
+    } | changes
+
+
 # -- FindCoordinator --------------------------------------------------------------------------
 
 
@@ -213,19 +225,11 @@ def test_a_consumer_joins_syncs_commits_fetches_and_leaves(
     join_v, sync_v, heartbeat_v, leave_v, commit_v, fetch_v = versions
 
     async def scenario(client: Client, node: Node) -> None:
-        join_values = {
-            "group_id": "g",
-            "session_timeout": 10_000 * MS,
-            "rebalance_timeout": 10_000 * MS,
-            "member_id": "",
-            "protocol_type": "consumer",
-            "protocols": [{"name": "range", "metadata": b"sub"}],
-        }
-        joined = await client.send(ApiKey.JOIN_GROUP, join_v, **join_values)
+        joined = await client.send(ApiKey.JOIN_GROUP, join_v, **join_values())
         if join_v >= 4:
             assert joined.error_code == E.member_id_required
-            join_values["member_id"] = joined.member_id
-            joined = await client.send(ApiKey.JOIN_GROUP, join_v, **join_values)
+            again = join_values(member_id=joined.member_id)
+            joined = await client.send(ApiKey.JOIN_GROUP, join_v, **again)
         assert joined.error_code == E.none
         member, generation = joined.member_id, joined.generation_id
         assert member.startswith("app-")
@@ -307,17 +311,7 @@ def test_leave_group_v0_reports_the_members_error_at_the_top(tmp_path: Path) -> 
 
 def test_static_member_fields_travel_from_join_group_v5(tmp_path: Path) -> None:
     async def scenario(client: Client, node: Node) -> None:
-        joined = await client.send(
-            ApiKey.JOIN_GROUP,
-            5,
-            group_id="g",
-            session_timeout=10_000 * MS,
-            rebalance_timeout=10_000 * MS,
-            member_id="",
-            group_instance_id="host-1",
-            protocol_type="consumer",
-            protocols=[{"name": "range", "metadata": b""}],
-        )
+        joined = await client.send(ApiKey.JOIN_GROUP, 5, **join_values(group_instance_id="host-1"))
         assert joined.error_code == E.none
         assert joined.members[0].group_instance_id == "host-1"
         beat = await client.send(
@@ -442,16 +436,7 @@ def test_offset_delete_and_delete_groups(tmp_path: Path) -> None:
 
 def test_describe_and_list_groups_across_versions(tmp_path: Path) -> None:
     async def scenario(client: Client, node: Node) -> None:
-        joined = await client.send(
-            ApiKey.JOIN_GROUP,
-            3,
-            group_id="g",
-            session_timeout=10_000 * MS,
-            rebalance_timeout=10_000 * MS,
-            member_id="",
-            protocol_type="consumer",
-            protocols=[{"name": "range", "metadata": b"sub"}],
-        )
+        joined = await client.send(ApiKey.JOIN_GROUP, 3, **join_values())
         await client.send(
             ApiKey.SYNC_GROUP,
             2,
@@ -516,7 +501,9 @@ GROUP_APIS = [
 )
 def test_every_version_has_an_encodable_error_response(key: ApiKey, version: int) -> None:
     handlers: dict[int, Handler] = {}
-    service = GroupService(GroupConfig(), LogGroupLog(lambda partition: None, lambda: 0))
+    service = GroupService(
+        GroupConfig(), LogGroupLog(lambda partition: None, lambda: 0), now_ms=lambda: 0
+    )
     responders = groups.register(handlers, service, Node())
     request = sample(request_type(key, version))
     body = responders[key](request, E.unknown_server_error)

@@ -1,5 +1,6 @@
-"""The wrapper go.mod that builds a released module's commands, and the warm path's promise:
-an already built cache answers from its stamps without running anything."""
+"""The wrapper go.mod that builds a released module's commands, the warm path's promise (an
+already built cache answers from its stamps without running anything), and what a failed
+build tells the user."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import NoReturn
 
 import pytest
 
-from localkube import build, gomod
+from localkube import build, gomod, versions
 
 UPSTREAM = """\
 // A release's go.mod, trimmed: siblings live in directories of the same repository.
@@ -105,7 +106,8 @@ def test_a_warm_cache_answers_from_its_stamps_without_running_anything(
     binaries = build.ensure_binaries(tmp_path, log=lines.append)
 
     assert lines == []
-    assert binaries.kubelet == root / "kubernetes-v1.34.4" / "bin" / "kubelet"
+    kubernetes = f"kubernetes-{versions.KUBERNETES_VERSION}"
+    assert binaries.kubelet == root / kubernetes / "bin" / "kubelet"
     assert binaries.pause.parent.parent.name.startswith("pause-")
 
 
@@ -121,3 +123,22 @@ def test_a_changed_stamp_or_missing_binary_means_not_built(tmp_path: Path) -> No
     assert build.is_built(tmp_path, component)
     (home / "bin" / "pause").unlink()
     assert not build.is_built(tmp_path, component)
+
+
+def test_a_failed_build_names_the_component_and_quotes_the_tools_last_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    gcc = tools / "gcc"
+    gcc.write_text("#!/bin/sh\necho 'pause.c:1: error: no compiler here' >&2\nexit 4\n")
+    gcc.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:/usr/bin:/bin")
+
+    with pytest.raises(build.BuildError) as failure:
+        build.ensure_binaries(tmp_path / "cache", log=lambda _: None)
+
+    message = str(failure.value)
+    assert f"building pause {versions.PAUSE_VERSION} failed" in message
+    assert "exited 4" in message
+    assert message.endswith("pause.c:1: error: no compiler here")

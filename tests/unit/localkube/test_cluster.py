@@ -1,10 +1,13 @@
+"""`make cluster` on this host: whether root may lower oom scores here (this VM's root may not),
+and what a user without root is told."""
+
 from pathlib import Path
 
 import pytest
 
 from localkube import cluster
 from localkube.__main__ import main as localkube_main
-from localkube.cluster import may_lower_oom_scores
+from localkube.host import may_lower_oom_scores
 
 
 def _status(tmp_path: Path, effective: str) -> Path:

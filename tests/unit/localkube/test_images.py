@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from localkube.context import context_files, dockerfile_args, is_ignored, parse_dockerignore
+from localkube.docker import docker_reference
 from localkube.images import (
     UPSTREAM_BASE,
     cluster_image_dir,
-    docker_reference,
     image_tag_for,
     images_dir,
     repo_root,
@@ -23,6 +23,20 @@ from localkube.images import (
 def test_project_dockerfiles_default_to_the_upstream_python_base(name: str) -> None:
     args = dockerfile_args((images_dir() / name / "Dockerfile").read_text())
     assert args["BASE_IMAGE"] == UPSTREAM_BASE
+
+
+def _build_stage(dockerfile: Path) -> list[str]:
+    """The instructions of a Dockerfile's first stage (`FROM … AS build` up to the next FROM)."""
+    lines = [line for line in dockerfile.read_text().splitlines() if not line.startswith("#")]
+    start = lines.index("FROM ${BASE_IMAGE} AS build")
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("FROM "))
+    return [line for line in lines[start:end] if line.strip()]
+
+
+def test_the_operator_builds_on_the_brokers_build_stage_so_docker_builds_it_once() -> None:
+    broker = _build_stage(images_dir() / "broker" / "Dockerfile")
+    assert len(broker) > 3
+    assert _build_stage(images_dir() / "operator" / "Dockerfile") == broker
 
 
 @pytest.mark.parametrize("role", ["coredns", "local-path-provisioner"])

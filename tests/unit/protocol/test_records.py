@@ -117,6 +117,8 @@ def test_log_append_time_rewrites_max_timestamp_and_crc() -> None:
     header = validate_batch(batch)
     assert header.is_log_append_time
     assert header.max_timestamp == 1_800_000_000_000
+    # Every record of a LogAppendTime batch reads as the append time (Kafka's DefaultRecordBatch).
+    assert [r.timestamp for r in iter_records(batch)] == [1_800_000_000_000] * 2
 
 
 @pytest.mark.parametrize("position", range(21, 120, 7))

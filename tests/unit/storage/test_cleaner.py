@@ -23,7 +23,6 @@ from broker.protocol.records import (
 from broker.storage import CorruptRecordError, Log, LogConfig, LogSegment
 from broker.storage.cleaner import (
     CLEANER_CHECKPOINT_FILE,
-    PRODUCER_ID_EXPIRATION_MS,
     CleanableRange,
     CleanResult,
     clean,
@@ -35,6 +34,7 @@ from broker.storage.cleaner import (
     read_cleaner_checkpoint,
     write_cleaner_checkpoint,
 )
+from broker.storage.producer_state import PRODUCER_ID_EXPIRATION_MS
 
 COMPACT = LogConfig(
     cleanup_policy=frozenset({"compact"}),

@@ -1,4 +1,10 @@
-"""Real `gregor broker` processes for integration tests."""
+"""Real `gregor broker` processes for integration tests.
+
+What it owns: writing a single-node `server.properties` on a temporary directory, starting
+`gregor broker` on a free port and waiting until it listens, stopping it (SIGTERM) or killing it
+(SIGKILL), and a start that must be refused. The broker's output goes to `broker.log` next to
+its data, never to a pipe nobody drains (a full pipe would stall the broker mid-test).
+"""
 
 from __future__ import annotations
 
@@ -32,12 +38,18 @@ class RunningNode:
     def bootstrap(self) -> str:
         return f"localhost:{self.port}"
 
+    @property
+    def log(self) -> Path:
+        """Everything the broker wrote to stdout and stderr, across restarts on this directory."""
+        return self.config.parent / "broker.log"
+
+    def log_tail(self, characters: int = 6000) -> str:
+        return self.log.read_text(errors="replace")[-characters:] if self.log.exists() else ""
+
     def kill(self) -> None:
         """SIGKILL: the broker dies mid-flight, as in a crash or an OOM kill."""
         self.process.kill()
         self.process.wait(10)
-        if self.process.stdout:
-            self.process.stdout.close()
 
     def stop(self, timeout: float = 20.0) -> int:
         """SIGTERM, as Kubernetes and systemd stop a broker; returns the exit code."""
@@ -59,24 +71,26 @@ def start_node(tmp: Path, extra: dict[str, str] | None = None) -> RunningNode:
     } | (extra or {})
     config = tmp / "server.properties"
     config.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
-    process = subprocess.Popen(
-        [sys.executable, "-m", "broker.cli", "broker", "--config", str(config)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=os.environ | {"PYTHONUNBUFFERED": "1"},
-    )
+    with (tmp / "broker.log").open("a") as output:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "broker.cli", "broker", "--config", str(config)],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=os.environ | {"PYTHONUNBUFFERED": "1"},
+        )
     node = RunningNode(process, port, config)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            output = process.stdout.read() if process.stdout else ""
-            raise RuntimeError(f"gregor broker exited with {process.returncode}:\n{output}")
+            raise RuntimeError(
+                f"gregor broker exited with {process.returncode}:\n{node.log_tail()}"
+            )
         with contextlib.suppress(OSError), socket.create_connection(("localhost", port), 0.2):
             return node
         time.sleep(0.05)
     node.stop()
-    raise RuntimeError("gregor broker did not start listening within 20 s")
+    raise RuntimeError(f"gregor broker did not start listening within 20 s:\n{node.log_tail()}")
 
 
 @contextlib.contextmanager
@@ -86,9 +100,7 @@ def run_node(tmp: Path, extra: dict[str, str] | None = None) -> Iterator[Running
         yield node
     finally:
         code = node.stop()
-        if node.process.stdout:
-            node.process.stdout.close()
-        assert code == 0, f"gregor broker exited with {code} on SIGTERM"
+        assert code == 0, f"gregor broker exited with {code} on SIGTERM:\n{node.log_tail()}"
 
 
 def refused_start(config: Path) -> str:

@@ -1,0 +1,147 @@
+"""What the local cluster changes on this machine outside its own directories, and how
+`cluster-down` undoes it.
+
+Owns: the Debian packages the node needs, the sysctls and FORWARD rules that let pod traffic
+through, the bridge and the iptables chains the kubelet and the CNI bridge plugin leave behind,
+mounts under a directory about to be deleted, and whether root may lower oom scores here.
+Never starts a cluster process or writes a config file: that is `cluster` and `components`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shlex
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from .config import BRIDGE
+
+__all__ = [
+    "drop_chains",
+    "ensure_packages",
+    "may_lower_oom_scores",
+    "mounts_under",
+    "open_pod_network",
+    "remove_pod_network",
+    "unmount_under",
+]
+
+DEBIAN_PACKAGES = {
+    "containerd": "containerd",
+    "runc": "runc",
+    "/usr/lib/cni/bridge": "containernetworking-plugins",
+    "iptables": "iptables",
+    "conntrack": "conntrack",
+    "ebtables": "ebtables",
+}
+"""What the node runs that Debian ships, by the command (or file) that shows it is installed."""
+
+CAP_SYS_RESOURCE = 24
+
+
+def ensure_packages(log: Callable[[str], None]) -> None:
+    missing = sorted({package for tool, package in DEBIAN_PACKAGES.items() if not _have(tool)})
+    if missing:
+        log(f"installing Debian packages: {' '.join(missing)}")
+        subprocess.run(["apt-get", "install", "-y", "-q", *missing], check=True)
+
+
+def _have(tool: str) -> bool:
+    return Path(tool).exists() if tool.startswith("/") else shutil.which(tool) is not None
+
+
+def may_lower_oom_scores(status: Path = Path("/proc/self/status")) -> bool:
+    """Whether this process holds CAP_SYS_RESOURCE, which lowering an oom_score_adj needs.
+    Some sandboxed VMs withhold it even from root."""
+    for line in status.read_text().splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> CAP_SYS_RESOURCE & 1)
+    return False
+
+
+# -- the pod network ----------------------------------------------------------------------------
+
+
+def open_pod_network() -> None:
+    """Forwarding on, bridged pod traffic through iptables (Services), and pod traffic allowed
+    through a FORWARD chain that Docker may have set to DROP."""
+    for key, value in (
+        ("net/ipv4/ip_forward", "1"),
+        ("net/bridge/bridge-nf-call-iptables", "1"),
+        ("net/bridge/bridge-nf-call-ip6tables", "1"),
+    ):
+        Path("/proc/sys", key).write_text(value)
+    for direction in ("-i", "-o"):
+        rule = ["FORWARD", direction, BRIDGE, "-j", "ACCEPT"]
+        if subprocess.run(["iptables", "-C", *rule], capture_output=True, check=False).returncode:
+            subprocess.run(["iptables", "-I", *rule], check=True)
+
+
+def remove_pod_network() -> None:
+    """The bridge, the FORWARD rules `open_pod_network` added, the chains the bridge plugin and
+    the kubelet made, and the bridge plugin's address records. Run after `kube-proxy --cleanup`,
+    which takes the proxy's own chains."""
+    subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True, check=False)
+    for direction in ("-i", "-o"):
+        subprocess.run(
+            ["iptables", "-D", "FORWARD", direction, BRIDGE, "-j", "ACCEPT"],
+            capture_output=True,
+            check=False,
+        )
+    # The bridge plugin's masquerade chains (CNI-…) and the kubelet's own (KUBE-FIREWALL,
+    # KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT); `kube-proxy --cleanup` took the proxy's.
+    for command in ("iptables", "ip6tables"):
+        if shutil.which(command):
+            drop_chains(command, ("CNI-", "KUBE-"))
+    shutil.rmtree(Path("/var/lib/cni/networks/gregor-local"), ignore_errors=True)
+
+
+def drop_chains(command: str, prefixes: tuple[str, ...]) -> None:
+    """Delete every rule that jumps to a chain named with one of `prefixes`, then those chains,
+    in the filter, nat and mangle tables of `command` (iptables or ip6tables)."""
+    for table in ("filter", "nat", "mangle"):
+        listed = subprocess.run(
+            [command, "-t", table, "-S"], capture_output=True, text=True, check=False
+        ).stdout.splitlines()
+        doomed = [line.split()[1] for line in listed if line.startswith("-N ")]
+        doomed = [chain for chain in doomed if chain.startswith(prefixes)]
+        for line in listed:
+            rule = shlex.split(line)
+            if rule[:1] == ["-A"] and rule[1] not in doomed and _jumps_to(rule, doomed):
+                subprocess.run(
+                    [command, "-t", table, "-D", *rule[1:]], capture_output=True, check=False
+                )
+        for chain in doomed:
+            subprocess.run([command, "-t", table, "-F", chain], capture_output=True, check=False)
+        for chain in doomed:
+            subprocess.run([command, "-t", table, "-X", chain], capture_output=True, check=False)
+
+
+def _jumps_to(rule: list[str], chains: list[str]) -> bool:
+    return any(
+        flag in ("-j", "-g") and target in chains for flag, target in itertools.pairwise(rule)
+    )
+
+
+# -- mounts -------------------------------------------------------------------------------------
+
+
+def mounts_under(root: Path) -> list[str]:
+    """The mount points below `root`, deepest first (the order to unmount them in)."""
+    prefix = str(root.resolve()) + "/"
+    mounts = []
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        # The kernel writes a space in a path as \040 (and tab, newline, backslash likewise).
+        point = line.split()[1].encode().decode("unicode_escape")
+        if point.startswith(prefix):
+            mounts.append(point)
+    return sorted(mounts, reverse=True)
+
+
+def unmount_under(root: Path) -> None:
+    """Lazily unmount everything below `root`, so that deleting it cannot reach through a bind
+    mount (a pod's volume, a chroot's /proc) into what it shows."""
+    for mount in mounts_under(root):
+        subprocess.run(["umount", "--lazy", mount], capture_output=True, check=False)
