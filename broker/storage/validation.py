@@ -20,6 +20,7 @@ from broker.protocol.errors import MalformedInput
 from broker.protocol.records import (
     BatchHeader,
     build_batch,
+    check_batch,
     iter_batches,
     iter_records,
     set_log_append_time,
@@ -36,6 +37,10 @@ def prepare(records: bytes, config: LogConfig, now_ms: int) -> bytes:
     view = memoryview(records)
     try:
         batches = list(iter_batches(view))
+        # Each rewrite below gives the batch a fresh CRC, so the one it came with is checked
+        # first: a batch damaged on the way in is refused, never re-signed and stored.
+        for position, header in batches:
+            check_batch(view, position, header)
         if not config.log_append_time:
             for position, header in batches:
                 check_max_timestamp(view, position, header, config, now_ms)

@@ -7,7 +7,7 @@ import pytest
 
 from broker.protocol import Codec
 from broker.protocol.records import Record, build_batch, validate_batch
-from broker.storage import InvalidTimestamp, LogConfig
+from broker.storage import CorruptRecordError, InvalidTimestamp, LogConfig
 from broker.storage.config import InvalidConfig
 
 from .logs import SMALL, LogOpener, batch, consume, headers, records_of
@@ -94,6 +94,31 @@ def test_log_append_time_accepts_any_producer_timestamp(open_log: LogOpener) -> 
     future = produced(timestamps=[NOW + 5 * HOUR] * 3)
     info = log.append_as_leader(future, leader_epoch=0, now_ms=NOW)
     assert info.log_append_time == NOW
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        {"message.timestamp.type": "LogAppendTime"},
+        {"message.timestamp.type": "LogAppendTime", "compression.type": "lz4"},
+        {"compression.type": "zstd"},
+        {"message.timestamp.before.max.ms": str(HOUR)},
+    ],
+    ids=["default", "log-append-time", "log-append-time-recompressing", "recompressing", "past"],
+)
+def test_a_batch_corrupted_on_the_way_in_is_refused(
+    open_log: LogOpener, settings: dict[str, str]
+) -> None:
+    """Whatever the topic rewrites, a batch whose CRC does not match is never written (a
+    LogAppendTime stamp must not give it a fresh, matching CRC)."""
+    log = open_log(config(**settings))
+    for codec in (Codec.NONE, Codec.LZ4):
+        damaged = bytearray(produced(codec))
+        damaged[-1] ^= 0xFF
+        with pytest.raises(CorruptRecordError, match="CRC mismatch"):
+            log.append_as_leader(bytes(damaged), leader_epoch=0, now_ms=NOW)
+    assert log.log_end_offset == 0
 
 
 def test_create_time_topics_report_no_append_time(open_log: LogOpener) -> None:
