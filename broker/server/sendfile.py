@@ -5,6 +5,10 @@ empty (so nothing it holds can be overtaken) and the socket takes the bytes at o
 case for a consumer that keeps up. What the socket cannot take yet goes through
 `loop.sendfile`, which waits for the socket to drain. A transport without a plain socket (TLS)
 gets the region's bytes read and written as usual.
+
+Every failure to send is an `OSError`, which the connection answers by aborting (the frame's
+length is already on the wire): `loop.sendfile` reports a peer that went away before it sent
+a byte as `SendfileNotAvailableError`, a `RuntimeError`, and is translated here.
 """
 
 from __future__ import annotations
@@ -43,7 +47,13 @@ async def send_region(transport: asyncio.Transport, region: Region) -> None:
     if remaining:
         loop = asyncio.get_running_loop()
         file = cast("IO[bytes]", _RegionFile(region))
-        await loop.sendfile(transport, file, offset, remaining, fallback=False)
+        try:
+            sent = await loop.sendfile(transport, file, offset, remaining, fallback=False)
+        except asyncio.SendfileNotAvailableError as exc:
+            # Segment files are regular files, which sendfile takes: the socket failed.
+            raise ConnectionError(f"sending {remaining} bytes of a file region failed") from exc
+        if sent < remaining:  # `loop.sendfile` stops quietly at the end of the file
+            raise RegionTruncated(f"file ended {remaining - sent} bytes before the region's end")
 
 
 class _RegionFile:
