@@ -84,7 +84,6 @@ from .config import LogConfig
 from .errors import CorruptRecordError
 from .files import fsync_dir
 from .indexes import OffsetIndex, TimeIndex
-from .producer_state import PRODUCER_ID_EXPIRATION_MS
 from .segments import CLEANED_SUFFIX, SWAP_SUFFIX, LogSegment, segment_file_name
 
 if TYPE_CHECKING:
@@ -378,15 +377,15 @@ def clean(
     last_stable_offset: int | None = None,
     max_map_entries: int | None = None,
     active_producers: Mapping[int, int] | None = None,
-    producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
+    producer_id_expiration_ms: int | None = None,
 ) -> CleanResult:
     """Compact what is cleanable in `log` now, whatever its dirty ratio (`needs_cleaning`
     decides whether to call this). `last_stable_offset`: as for `cleanable_range`.
 
     `max_map_entries` bounds the offset map (Kafka's dedupe buffer); `active_producers` maps
-    producer id → offset of its last data batch, where the caller has producer state (by
-    default it comes from the batch headers, with producers silent for
-    `producer_id_expiration_ms` counted as gone).
+    producer id → offset of its last data batch (by default the log's producer state says,
+    with producers silent for `producer_id_expiration_ms`, by default the log's, counted as
+    gone).
     """
     if max_map_entries is not None and max_map_entries < 1:
         raise ValueError("the offset map must hold at least one key")
@@ -403,6 +402,8 @@ def clean(
     closed = log.segments[:-1]
     count = sum(1 for segment in closed if segment.base_offset < end_offset)
     if active_producers is None:
+        if producer_id_expiration_ms is None:
+            producer_id_expiration_ms = log.producer_id_expiration_ms
         active_producers = _active_producers(log, now_ms, producer_id_expiration_ms)
     rewrite = _Rewrite(offset_map, now_ms, log.config.delete_retention_ms, active_producers, 0, 0)
     retired: list[LogSegment] = []
@@ -457,16 +458,12 @@ def _records(data: bytes, segment: LogSegment, position: int) -> list[Record]:
 
 def _active_producers(log: Log, now_ms: int, expiration_ms: int) -> dict[int, int]:
     """producer id → last offset of its last data batch, for producers heard from within
-    `expiration_ms` (Kafka expires the others from its producer state)."""
-    last: dict[int, tuple[int, int]] = {}
-    for segment in log.segments:
-        for _, header in segment.batches():
-            if header.producer_id >= 0 and not header.is_control:
-                last[header.producer_id] = (header.last_offset, header.max_timestamp)
+    `expiration_ms`, from the log's producer state (Kafka's `activeProducers`), which the log
+    keeps in step with its batches: no segment is read for it."""
     return {
-        producer: offset
-        for producer, (offset, timestamp) in last.items()
-        if now_ms - timestamp < expiration_ms
+        producer_id: entry.last_offset
+        for producer_id, entry in log.producer_state.producers.items()
+        if entry.batches and now_ms - entry.last_timestamp < expiration_ms
     }
 
 

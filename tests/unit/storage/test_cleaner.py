@@ -36,6 +36,8 @@ from broker.storage.cleaner import (
 )
 from broker.storage.producer_state import PRODUCER_ID_EXPIRATION_MS
 
+from .logs import abandon
+
 COMPACT = LogConfig(
     cleanup_policy=frozenset({"compact"}),
     index_interval_bytes=64,
@@ -66,8 +68,15 @@ class Logs:
         name: str = "compacted-0",
         now_ms: int = T0,
         clean_shutdown: bool = True,
+        producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
     ) -> Log:
-        log = Log(self.root / name, config, now_ms=now_ms, clean_shutdown=clean_shutdown)
+        log = Log(
+            self.root / name,
+            config,
+            now_ms=now_ms,
+            clean_shutdown=clean_shutdown,
+            producer_id_expiration_ms=producer_id_expiration_ms,
+        )
         self._opened.append(log)
         return log
 
@@ -79,7 +88,7 @@ class Logs:
         *,
         last_stable_offset: int | None = None,
         max_map_entries: int | None = None,
-        producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
+        producer_id_expiration_ms: int | None = None,
     ) -> CleanResult:
         result = clean(
             log,
@@ -348,14 +357,43 @@ def test_the_emptied_last_batch_of_an_active_producer_keeps_its_header(logs: Log
     assert (empty.producer_id, empty.base_sequence, empty.codec) == (7, 1, Codec.NONE)
 
 
-def test_an_expired_producer_loses_its_emptied_batches(logs: Logs) -> None:
+@pytest.mark.parametrize("restart", ["from-snapshot", "replaying-the-log"])
+def test_an_active_producer_is_still_known_to_the_cleaner_after_a_restart(
+    logs: Logs, restart: str
+) -> None:
+    """The cleaner takes active producers from the producer state, which a restart rebuilds
+    from its snapshot, or from the log when a crash left none."""
     log = logs.open()
     append(log, [(b"k0", b"old")], producer_id=7, base_sequence=0)
     append(log, [(b"k0", b"new")])
     log.roll(T0)
     append(log, [(b"z", b"z")])
+    if restart == "from-snapshot":
+        log.close(T0)
+    else:
+        abandon(log)
+        for snapshot in log.directory.glob("*.snapshot"):
+            snapshot.unlink()
+    log = logs.open(clean_shutdown=restart == "from-snapshot")
 
-    logs.clean(log, None, T0 + 10, producer_id_expiration_ms=10)
+    logs.clean(log, None, T0 + 1_000)
+
+    empty = consume(log)[1][0]
+    assert (empty.base_offset, empty.records_count, empty.producer_id) == (0, 0, 7)
+
+
+@pytest.mark.parametrize("expiration", ["given to the cleaner", "the log's own"])
+def test_an_expired_producer_loses_its_emptied_batches(logs: Logs, expiration: str) -> None:
+    """By default the cleaner counts a producer as expired by the log's
+    `producer.id.expiration.ms`, as the log itself does."""
+    own = expiration == "the log's own"
+    log = logs.open(producer_id_expiration_ms=10 if own else PRODUCER_ID_EXPIRATION_MS)
+    append(log, [(b"k0", b"old")], producer_id=7, base_sequence=0)
+    append(log, [(b"k0", b"new")])
+    log.roll(T0)
+    append(log, [(b"z", b"z")])
+
+    logs.clean(log, None, T0 + 10, producer_id_expiration_ms=None if own else 10)
 
     assert [h.base_offset for h in consume(log)[1]] == [1, 2]
 
