@@ -23,7 +23,12 @@ from kubernetes import client, config
 
 from localkube.build import ensure_binaries
 from localkube.cluster import load_images, up
-from localkube.images import build_project_images, ensure_base_image
+from localkube.images import (
+    PROJECT_TAG,
+    PYTHON_IMAGE,
+    build_project_images,
+    ensure_base_image,
+)
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "var" / "e2e"
 
@@ -48,9 +53,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 _FAILED = pytest.StashKey[bool]()
 
 
+EXTERNAL = "GREGOR_E2E_KUBECONFIG"
+
+
 @pytest.fixture(scope="session")
 def kubeconfig() -> Path:
-    given = os.environ.get("GREGOR_E2E_KUBECONFIG")
+    given = os.environ.get(EXTERNAL)
     if given:
         return Path(given)
     return up()
@@ -66,6 +74,8 @@ def api(kubeconfig: Path) -> client.ApiClient:
 def python_image(kubeconfig: Path) -> str:
     """The project's Python base image (`gregor/python:3.11-bookworm`), loaded into the
     cluster's runtime: a small server or client for a test's own pods."""
+    if os.environ.get(EXTERNAL):
+        return PYTHON_IMAGE
     tag = ensure_base_image()
     _load([tag], kubeconfig)
     return tag
@@ -74,6 +84,8 @@ def python_image(kubeconfig: Path) -> str:
 @pytest.fixture(scope="session")
 def broker_image(kubeconfig: Path) -> str:
     """`gregor-broker:dev`, built from this checkout and loaded into the cluster's runtime."""
+    if os.environ.get(EXTERNAL):
+        return f"gregor-broker:{PROJECT_TAG}"
     tags = build_project_images(ensure_base_image(), ["broker"])
     _load(tags, kubeconfig)
     return tags[0]
@@ -81,10 +93,7 @@ def broker_image(kubeconfig: Path) -> str:
 
 def _load(tags: list[str], kubeconfig: Path) -> None:
     if load_images(tags, log=lambda _: None) is None:
-        raise RuntimeError(
-            f"{kubeconfig} is not a cluster `make cluster` made: load {', '.join(tags)} into it"
-            " yourself"
-        )
+        raise RuntimeError(f"no cluster `make cluster` made runs to load {', '.join(tags)} into")
 
 
 @pytest.fixture(scope="session")
