@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: install kcat kafka-dist run test test-unit test-integration test-e2e lint format clean \
+.PHONY: install kcat host-packages kafka-dist run test test-unit test-integration test-e2e lint format clean \
 	bench-storage bench-broker cluster cluster-down cluster-env cluster-build images
 
 install: $(STAMP) kcat
@@ -17,6 +17,11 @@ install: $(STAMP) kcat
 kcat:
 	@command -v kcat >/dev/null 2>&1 || { \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
+
+# Every Debian package the suite uses (iptables, docker.io, debootstrap, containerd, ...), each
+# installed with apt only when missing: a fresh machine has none of them. Needs root.
+host-packages: install
+	$(BIN)/python -m localkube packages
 
 # Apache Kafka's broker and tools from Maven Central, cached outside the repository
 # (~/.cache/gregor/kafka/<version>, or under $GREGOR_CACHE); tests fetch it on first use too.
@@ -34,14 +39,14 @@ run: install
 
 # The whole suite: lint, unit and integration (tests/), then the e2e tier (e2e/) on the local
 # cluster, which it brings up (or reuses) and leaves running for the next run.
-test: install lint
+test: install host-packages lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-e2e
 
 test-unit: install
 	$(BIN)/pytest -m unit $(PYTEST_ARGS)
 
-test-integration: install
+test-integration: install host-packages
 	$(BIN)/pytest -m integration $(PYTEST_ARGS)
 
 lint: install

@@ -1,5 +1,5 @@
-"""`python -m localkube up|down|env|status|images`: what `make cluster`, `make cluster-down`,
-`make cluster-env` and `make images` run."""
+"""`python -m localkube up|down|env|status|images|packages`: what `make cluster`,
+`make cluster-down`, `make cluster-env`, `make images` and `make host-packages` run."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ import sys
 
 from .cluster import KIND_KUBECONFIG, down, load_images, status, up
 from .config import default_layout
+from .host import ensure_packages
 from .images import PROJECT_IMAGES, build_project_images, ensure_base_image
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m localkube", description=__doc__)
-    parser.add_argument("command", choices=("up", "down", "env", "status", "images"))
+    parser.add_argument("command", choices=("up", "down", "env", "status", "images", "packages"))
     arguments = parser.parse_args(argv)
     try:
         _run(arguments.command)
@@ -40,7 +41,10 @@ def _run(command: str) -> None:
         if not kubeconfig.exists() and KIND_KUBECONFIG.exists():
             kubeconfig = KIND_KUBECONFIG
         print(f"export KUBECONFIG={kubeconfig}")
+    elif command == "packages":
+        ensure_packages(print)
     elif command == "images":
+        ensure_packages(print)
         tags = build_project_images(ensure_base_image(), PROJECT_IMAGES)
         if load_images(tags) is None:
             print(f"built {', '.join(tags)}; no cluster runs, so nothing was loaded")

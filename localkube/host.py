@@ -1,15 +1,17 @@
 """What the local cluster changes on this machine outside its own directories, and how
 `cluster-down` undoes it.
 
-Owns: the Debian packages the node needs, the sysctls and FORWARD rules that let pod traffic
-through, the bridge and the iptables chains the kubelet and the CNI bridge plugin leave behind,
-mounts under a directory about to be deleted, and whether root may lower oom scores here.
+Owns: the Debian packages the project uses (the node's, the image build's, the test clients'),
+the sysctls and FORWARD rules that let pod traffic through, the bridge and the iptables chains
+the kubelet and the CNI bridge plugin leave behind, mounts under a directory about to be
+deleted, and whether root may lower oom scores here.
 Never starts a cluster process or writes a config file: that is `cluster` and `components`.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import shlex
 import shutil
 import subprocess
@@ -22,6 +24,7 @@ __all__ = [
     "drop_chains",
     "ensure_packages",
     "may_lower_oom_scores",
+    "missing_packages",
     "mounts_under",
     "open_pod_network",
     "remove_pod_network",
@@ -29,23 +32,52 @@ __all__ = [
 ]
 
 DEBIAN_PACKAGES = {
+    # The local cluster's node.
     "containerd": "containerd",
     "runc": "runc",
     "/usr/lib/cni/bridge": "containernetworking-plugins",
     "iptables": "iptables",
     "conntrack": "conntrack",
     "ebtables": "ebtables",
+    # The images: a Debian base made with debootstrap, built by a Docker daemon.
+    "debootstrap": "debootstrap",
+    "dockerd": "docker.io",
+    # A client the integration tests drive.
+    "kcat": "kcat",
 }
-"""What the node runs that Debian ships, by the command (or file) that shows it is installed."""
+"""What the project uses that Debian ships, by the command (or file) that shows it is installed.
+A fresh machine has none of these: `make test` installs the missing ones (`python -m localkube
+packages`), and `make cluster` and `make images` do too."""
 
 CAP_SYS_RESOURCE = 24
 
 
 def ensure_packages(log: Callable[[str], None]) -> None:
-    missing = sorted({package for tool, package in DEBIAN_PACKAGES.items() if not _have(tool)})
-    if missing:
-        log(f"installing Debian packages: {' '.join(missing)}")
-        subprocess.run(["apt-get", "install", "-y", "-q", *missing], check=True)
+    """Install with apt whichever of `DEBIAN_PACKAGES` is missing; RuntimeError naming them if
+    that needs root and this is not root."""
+    missing = missing_packages()
+    if not missing:
+        return
+    if os.geteuid() != 0:
+        raise RuntimeError(
+            f"Debian packages missing: {' '.join(missing)}; installing them needs root "
+            f"(sudo apt-get install {' '.join(missing)})"
+        )
+    log(f"installing Debian packages: {' '.join(missing)}")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    # A fresh machine's package lists are empty or stale: without an update nothing resolves.
+    subprocess.run(["apt-get", "update", "-q"], check=True, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        ["apt-get", "install", "-y", "-q", *missing], check=True, env=env, stdout=subprocess.DEVNULL
+    )
+    still = missing_packages()
+    if still:
+        raise RuntimeError(f"apt-get installed {' '.join(missing)} but {still} still missing")
+
+
+def missing_packages() -> list[str]:
+    """The Debian packages of `DEBIAN_PACKAGES` this machine lacks, sorted."""
+    return sorted({package for tool, package in DEBIAN_PACKAGES.items() if not _have(tool)})
 
 
 def _have(tool: str) -> bool:

@@ -1,10 +1,12 @@
 """Kafka's own message schemas, read for conformance tests.
 
-The schemas are Apache Kafka's `clients/src/main/resources/common/message/*.json` (Apache-2.0).
-They are never copied into this repository: they live in a shared folder next to it,
-`../shared/kafka-protocol/messages/*.json` relative to the repository root, or wherever the
-`GREGOR_KAFKA_SCHEMAS` environment variable points (at the `kafka-protocol` folder, the one
-holding `messages/`). A missing folder is an error, never a reason to skip.
+The schemas are Apache Kafka's `clients/src/main/resources/common/message/*.json` and
+`metadata/src/main/resources/common/metadata/*.json` (Apache-2.0), as its kafka-clients and
+kafka-metadata jars carry them. They are never copied into this repository: by default they are
+taken from the jars of the Kafka release the tests compare against, fetched from Maven Central
+into the cache outside the repository (`tests.support.kafka_dist.protocol_schemas`), or read
+from wherever the `GREGOR_KAFKA_SCHEMAS` environment variable points (a folder holding
+`messages/` and `metadata-records/`). A missing folder is an error, never a reason to skip.
 
 The format, as Kafka's generator reads it: JSON with whole-line `//` comments; a message has
 `apiKey`, `type` (request, response, header or data), `validVersions`, `flexibleVersions`,
@@ -23,6 +25,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from tests.support import kafka_dist
 
 __all__ = [
     "INT_RANGES",
@@ -80,7 +84,7 @@ _MAX_VERSION = 32767
 
 
 class SchemasMissing(FileNotFoundError):
-    """The shared Kafka schema folder is not where the tests look for it."""
+    """The Kafka schema folder is not where the tests look for it."""
 
 
 class SchemaError(ValueError):
@@ -180,11 +184,12 @@ class MessageSpec:
 
 
 def schemas_root() -> Path:
-    """The `kafka-protocol` folder: `$GREGOR_KAFKA_SCHEMAS`, else `../shared/kafka-protocol`."""
+    """The schema folder: `$GREGOR_KAFKA_SCHEMAS`, else the pinned Kafka release's schemas,
+    fetched from Maven Central on first use."""
     override = os.environ.get(SCHEMAS_ENV)
     if override:
         return Path(override)
-    return REPO_ROOT.parent / "shared" / "kafka-protocol"
+    return kafka_dist.protocol_schemas()
 
 
 def messages_dir(root: Path | None = None) -> Path:
@@ -194,9 +199,8 @@ def messages_dir(root: Path | None = None) -> Path:
     if not folder.is_dir():
         raise SchemasMissing(
             f"Kafka message schemas not found: {folder} is not a directory. Put Kafka's "
-            f"clients/src/main/resources/common/message/*.json in {folder} (the shared folder "
-            f"next to the repository), or set {SCHEMAS_ENV} to a kafka-protocol folder "
-            f"that holds messages/."
+            f"clients/src/main/resources/common/message/*.json in {folder}, or unset "
+            f"{SCHEMAS_ENV} to use the schemas of Kafka {kafka_dist.KAFKA_VERSION}'s jars."
         )
     if not any(folder.glob("*.json")):
         raise SchemasMissing(f"Kafka message schemas not found: {folder} holds no *.json files")
@@ -287,13 +291,19 @@ def load_message(path: Path) -> MessageSpec:
     if not (api_key is None or isinstance(api_key, int)):
         raise SchemaError(f"{where}: apiKey must be an integer")
     name = _str(raw, "name", where)
+    valid = parse_versions(_str(raw, "validVersions", where))
+    # A removed API (Kafka 4's ControlledShutdown, "validVersions": "none") keeps only its
+    # key and name: it has no flexible versions to name.
+    flexible = _optional_versions(raw, "flexibleVersions", where)
+    if flexible is None and not valid.empty:
+        raise SchemaError(f"{where}: 'flexibleVersions' must be a string, found None")
     return MessageSpec(
         path=path,
         name=name,
         type=_str(raw, "type", where),
         api_key=api_key,
-        valid_versions=parse_versions(_str(raw, "validVersions", where)),
-        flexible_versions=parse_versions(_str(raw, "flexibleVersions", where)),
+        valid_versions=valid,
+        flexible_versions=flexible or NO_VERSIONS,
         fields=tuple(_parse_field(f, structs, name) for f in raw.get("fields", [])),
     )
 

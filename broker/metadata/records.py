@@ -102,8 +102,9 @@ class RegisterBrokerRecord(MetadataRecord):
     in_controlled_shutdown: bool = False
     is_migrating_zk_broker: bool = False
     log_dirs: tuple[uuid.UUID, ...] = ()
+    cordoned_log_dirs: tuple[uuid.UUID, ...] | None = None
     API_KEY: ClassVar = 0
-    VERSION: ClassVar = 3
+    VERSION: ClassVar = 4
     FIELDS: ClassVar = (
         Spec("broker_id", "int32"),
         Spec("is_migrating_zk_broker", "bool", since=2),
@@ -115,6 +116,7 @@ class RegisterBrokerRecord(MetadataRecord):
         Spec("fenced", "bool"),
         Spec("in_controlled_shutdown", "bool", since=1),
         Spec("log_dirs", "[]uuid", since=3, tag=0),
+        Spec("cordoned_log_dirs", "[]uuid", since=4, nullable=True, tag=1),
     )
 
 

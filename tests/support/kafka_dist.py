@@ -1,11 +1,13 @@
 """Apache Kafka itself, from Maven Central: its command-line tools and a single-node KRaft broker.
 
 What it owns: the pinned Kafka release and the cache of its jars outside the repository
-(`~/.cache/gregor/kafka/<version>/libs`, or under `$GREGOR_CACHE`), fetched once with Maven and
-a generated pom, under a file lock so that concurrent test processes share one fetch; running
-Kafka's tools by main class (`java -cp '<libs>/*' <MainClass> …`) with a timeout and their
-output captured; and starting, waiting for and stopping an Apache Kafka broker on free loopback
-ports. It is the reference peer that proves a scenario right before it runs against Gregor.
+(`~/.cache/gregor/kafka/<version>/libs`, or under `$GREGOR_CACHE`), and of the message and
+metadata record schemas its jars carry (`<version>/protocol`, which the conformance tests read),
+fetched once with Maven and a generated pom, under a file lock so that concurrent test processes
+share one fetch; running Kafka's tools by main class (`java -cp '<libs>/*' <MainClass> …`) with
+a timeout and their output captured; and starting, waiting for and stopping an Apache Kafka
+broker on free loopback ports. It is the reference peer that proves a scenario right before it
+runs against Gregor.
 
 What it must never do: be imported by the broker; fetch anything but Maven artifacts; write into
 the repository; leave a JVM running after the context that started it.
@@ -30,6 +32,7 @@ import sys
 import tempfile
 import time
 import uuid
+import zipfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +56,7 @@ __all__ = [
     "ToolResult",
     "cache_dir",
     "fetch",
+    "protocol_schemas",
     "run_kafka",
     "run_tool",
     "start_kafka",
@@ -122,12 +126,14 @@ def cache_dir(version: str = KAFKA_VERSION) -> Path:
     return Path(root) / "kafka" / version
 
 
-def _pom(version: str) -> str:
-    coordinates = [("org.apache.kafka", artifact, version) for artifact in _KAFKA_ARTIFACTS]
+def _pom(version: str, artifacts: tuple[tuple[str, str, str], ...] | None = None) -> str:
+    if artifacts is None:
+        kafka = tuple(("org.apache.kafka", artifact, version) for artifact in _KAFKA_ARTIFACTS)
+        artifacts = (*kafka, _LOGGING)
     dependencies = "".join(
         f"<dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
         f"<version>{v}</version></dependency>\n"
-        for group, artifact, v in (*coordinates, _LOGGING)
+        for group, artifact, v in artifacts
     )
     return (
         '<project xmlns="http://maven.apache.org/POM/4.0.0">\n'
@@ -155,33 +161,94 @@ def fetch(version: str = KAFKA_VERSION) -> Path:
         with tempfile.TemporaryDirectory(dir=home, prefix=".fetch-") as scratch:
             work = Path(scratch)
             (work / "pom.xml").write_text(_pom(version))
-            result = subprocess.run(
-                [
-                    "mvn",
-                    "--batch-mode",
-                    "--quiet",
-                    "--file",
-                    str(work / "pom.xml"),
-                    f"{DEPENDENCY_PLUGIN}:copy-dependencies",
-                    f"-DoutputDirectory={work / 'libs'}",
-                    "-DincludeScope=runtime",
-                ],
-                capture_output=True,
-                text=True,
-                timeout=_FETCH_TIMEOUT,
-                check=False,
-            )
-            if result.returncode != 0:
-                raise RuntimeError(
-                    f"mvn could not fetch Apache Kafka {version} from Maven Central "
-                    f"(exit {result.returncode}):\n{result.stdout[-4000:]}{result.stderr[-4000:]}"
-                )
+            _copy_dependencies(work, f"Apache Kafka {version}")
             (work / "libs" / _COMPLETE).touch()
             (home / "tools-log4j2.properties").write_text(_TOOLS_LOG4J)
             (home / "broker-log4j2.properties").write_text(_BROKER_LOG4J)
             shutil.rmtree(libs, ignore_errors=True)
             (work / "libs").rename(libs)
     return libs
+
+
+def _copy_dependencies(work: Path, what: str, *options: str) -> None:
+    """Let Maven resolve `work/pom.xml` and copy its dependencies' jars into `work/libs`."""
+    result = subprocess.run(
+        [
+            "mvn",
+            "--batch-mode",
+            "--quiet",
+            "--file",
+            str(work / "pom.xml"),
+            f"{DEPENDENCY_PLUGIN}:copy-dependencies",
+            f"-DoutputDirectory={work / 'libs'}",
+            "-DincludeScope=runtime",
+            *options,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=_FETCH_TIMEOUT,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(
+            f"mvn could not fetch {what} from Maven Central "
+            f"(exit {result.returncode}):\n{result.stdout[-4000:]}{result.stderr[-4000:]}"
+        )
+
+
+_SCHEMA_JARS = {
+    "kafka-clients": ("common/message/", "messages"),
+    "kafka-metadata": ("common/metadata/", "metadata-records"),
+}
+"""Where Kafka's jars keep the JSON its message classes are generated from, and the folder of
+the schema tree each goes to (the layout of Kafka's `kafka-protocol` reference folder)."""
+
+
+def protocol_schemas(version: str = KAFKA_VERSION) -> Path:
+    """A folder holding `messages/*.json` (the protocol's request, response and header schemas)
+    and `metadata-records/*.json` (KRaft's metadata records) of Kafka `version`, taken from
+    its kafka-clients and kafka-metadata jars on Maven Central and cached beside its jars.
+
+    The jars come from the full fetch when it has run; otherwise only these two are fetched,
+    so that the unit tier does not wait for the whole broker. Extracted under a lock, into a
+    scratch folder renamed into place, as `fetch` does."""
+    home = cache_dir(version)
+    root = home / "protocol"
+    if (root / _COMPLETE).exists():
+        return root
+    home.mkdir(parents=True, exist_ok=True)
+    with (home / ".protocol-lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (root / _COMPLETE).exists():
+            return root
+        with tempfile.TemporaryDirectory(dir=home, prefix=".protocol-") as scratch:
+            work = Path(scratch)
+            libs = home / "libs"
+            if not (libs / _COMPLETE).exists():
+                artifacts = tuple(("org.apache.kafka", jar, version) for jar in _SCHEMA_JARS)
+                (work / "pom.xml").write_text(_pom(version, artifacts))
+                _copy_dependencies(
+                    work, f"Kafka {version}'s schema jars", "-DexcludeTransitive=true"
+                )
+                libs = work / "libs"
+            tree = work / "protocol"
+            for jar, (prefix, folder) in _SCHEMA_JARS.items():
+                (tree / folder).mkdir(parents=True)
+                with zipfile.ZipFile(libs / f"{jar}-{version}.jar") as archive:
+                    names = [
+                        name
+                        for name in archive.namelist()
+                        if name.startswith(prefix) and name.endswith(".json")
+                    ]
+                    if not names:
+                        raise RuntimeError(f"{jar}-{version}.jar holds no {prefix}*.json")
+                    for name in names:
+                        target = tree / folder / name.removeprefix(prefix)
+                        target.write_bytes(archive.read(name))
+            (tree / _COMPLETE).touch()
+            shutil.rmtree(root, ignore_errors=True)
+            tree.rename(root)
+    return root
 
 
 def _java(libs: Path, log_config: Path, main_class: str, heap: str, *jvm_options: str) -> list[str]:
@@ -429,4 +496,5 @@ if __name__ == "__main__":
     jars = sum(1 for _ in where.glob("*.jar"))
     seconds = time.perf_counter() - started
     print(f"Apache Kafka {KAFKA_VERSION}: {jars} jars in {where} ({seconds:.1f} s)")
+    print(f"its protocol and metadata record schemas: {protocol_schemas()}")
     sys.exit(0)

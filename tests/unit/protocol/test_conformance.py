@@ -1,8 +1,9 @@
 """The message classes Gregor uses match Kafka's own schemas, field by field.
 
 For every API version in `SUPPORTED` that Gregor decodes, request and response, the kio class
-returned by `request_type` / `response_type` is compared with Kafka's schema (read from the
-shared folder by `tests.kafka_schemas`), recursively through nested structs and commonStructs:
+returned by `request_type` / `response_type` is compared with Kafka's schema (read from
+the pinned Kafka release's jars by `tests.kafka_schemas`), recursively through nested structs
+and commonStructs:
 field names (under kio's naming rules below), order of the untagged fields (the wire order),
 types, presence at the version, nullability at the version, tags, and flexibility. The request
 header, which is our own codec, is checked against RequestHeader.json separately.
@@ -51,6 +52,7 @@ from tests.kafka_schemas import (
     parse_versions,
     schemas_root,
 )
+from tests.support import kafka_dist
 
 pytestmark = pytest.mark.unit
 
@@ -187,7 +189,7 @@ def test_naming_rules() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Differences between kio and the shared schemas that are known and accepted, each with the
+# Differences between kio and Kafka's schemas that are known and accepted, each with the
 # reason. The test fails on any difference not listed here, and on any listed one that no
 # longer occurs.
 # ---------------------------------------------------------------------------------------------
@@ -195,8 +197,8 @@ def test_naming_rules() -> None:
 ACCEPTED: Mapping[tuple[ApiKey, int, Kind], Mapping[str, str]] = {}
 """(api key, version, request|response) → {difference, exactly as reported: one-line reason}.
 
-Empty: kio 0.6.5 (generated from a Kafka 4.1-era tree) agrees with the shared schemas (Kafka
-3.9-era) at every version in SUPPORTED. Outside that range they differ, e.g. VoteRequest v0–v1
+Empty: kio 0.6.5 (generated from a Kafka 4.1-era tree) agrees with Kafka 4.3.1's schemas at
+every version in SUPPORTED. Outside that range they differ, e.g. VoteRequest v0–v1
 (Candidate* fields renamed Replica* upstream) and ListClientMetricsResources (renamed
 ListConfigResources, KIP-1142); add an entry here only with the reason it is harmless.
 """
@@ -618,10 +620,15 @@ def test_empty_schema_folder_is_an_error(tmp_path: Path) -> None:
         messages_dir(tmp_path)
 
 
-def test_default_schema_folder_is_next_to_the_repository(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_schemas_come_from_the_pinned_kafka_jars(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A clone needs nothing beside it: by default the schemas are those of the Kafka release
+    the tests compare against, taken from its jars in the cache outside the repository."""
     monkeypatch.delenv(SCHEMAS_ENV, raising=False)
-    assert schemas_root() == REPO_ROOT.parent / "shared" / "kafka-protocol"
-    assert (REPO_ROOT / "pyproject.toml").is_file()
+    root = schemas_root()
+    assert root == kafka_dist.cache_dir() / "protocol"
+    assert not root.is_relative_to(REPO_ROOT)
+    assert (messages_dir() / "ProduceRequest.json").is_file()
+    assert (root / "metadata-records" / "TopicRecord.json").is_file()
 
 
 def test_missing_schema_file_or_version_fails(tmp_path: Path) -> None:
@@ -678,7 +685,8 @@ def _header_spec() -> MessageSpec:
 def test_request_header_matches_kafka_schema() -> None:
     spec = _header_spec()
     assert spec.type == "header"
-    assert list(spec.valid_versions) == [0, 1, 2]
+    # v0 served only ControlledShutdown v0, which Kafka 4.0 removed with ZooKeeper.
+    assert list(spec.valid_versions) == [1, 2]
     ours = {f.name: f for f in dataclasses.fields(RequestHeader)}
     schema_names = [f.name for f in spec.fields]
     assert schema_names == list(HEADER_FIELDS), "RequestHeader.json fields changed"
