@@ -43,11 +43,7 @@ def _overrides(pairs: Sequence[str]) -> dict[str, str]:
 def _run_node(config: BrokerConfig, banner: str | None = None) -> int:
     async def main() -> None:
         node = Node(config)
-        bound = await node.start()
-        for listener in bound:
-            log.info("node %d serving %s on port %d", config.node_id, listener.name, listener.port)
-        if banner:
-            print(banner, flush=True)
+        node.banner = banner
         await node.run_until_signalled()
 
     asyncio.run(main())

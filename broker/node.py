@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import logging
 import signal
 import uuid
@@ -21,7 +22,7 @@ from broker.groups.service import GroupService
 from broker.handlers import NodeState, build_dispatcher
 from broker.handlers.context import OFFSETS_TOPIC, Endpoint, wall_clock_ms
 from broker.kraft import MetadataService
-from broker.metadata import PartitionChanged
+from broker.metadata import MetadataImage, PartitionChanged
 from broker.metrics import BrokerMetrics, MetricsEndpoint
 from broker.replica import ReplicaManager
 from broker.server import BoundListener, BrokerServer
@@ -100,6 +101,8 @@ class Node:
         self.metrics: BrokerMetrics | None = None
         self._metrics_endpoint: MetricsEndpoint | None = None
         self._housekeeping: asyncio.Task[None] | None = None
+        self.banner: str | None = None
+        """Printed once the node serves (`gregor local up` tells the user where)."""
 
     async def start(self) -> list[BoundListener]:
         """Lock the log dirs, replay the metadata log, load the partitions it assigns here,
@@ -124,7 +127,7 @@ class Node:
         replicas.remove_strays()
         metadata.subscribers.append(replicas.apply)
         groups = self.groups = GroupService(
-            GroupConfig.from_broker(self.config),
+            self._group_config(image),
             LogGroupLog(self._offsets_log, self.clock, leader_epoch=self._offsets_epoch),
             now_ms=self.clock,
         )
@@ -149,6 +152,25 @@ class Node:
         )
         self._housekeeping = asyncio.get_running_loop().create_task(self._housekeep())
         return bound
+
+    def _group_config(self, image: MetadataImage) -> GroupConfig:
+        """The coordinator's settings. Once `__consumer_offsets` exists its partition count is
+        what maps a group to its partition, whatever `offsets.topic.num.partitions` says now
+        (as Kafka's coordinator reads it from the metadata at startup): a changed setting
+        must not move groups away from their committed offsets."""
+        config = GroupConfig.from_broker(self.config)
+        offsets = image.topics.get(OFFSETS_TOPIC)
+        if offsets is None or len(offsets.partitions) == config.num_partitions:
+            return config
+        log.warning(
+            "%s has %d partitions and offsets.topic.num.partitions is %d: groups are mapped "
+            "over the topic's %d partitions",
+            OFFSETS_TOPIC,
+            len(offsets.partitions),
+            config.num_partitions,
+            len(offsets.partitions),
+        )
+        return dataclasses.replace(config, num_partitions=len(offsets.partitions))
 
     async def _serve_metrics(self, replicas: ReplicaManager, host: str, port: int) -> None:
         """Start the Prometheus endpoint before the Kafka listeners, so a port that is taken
@@ -211,11 +233,21 @@ class Node:
             self.metadata.close()
 
     async def run_until_signalled(self) -> None:
-        """Serve until SIGTERM or SIGINT, then stop cleanly."""
+        """Start, serve until SIGTERM or SIGINT, then stop cleanly. The signals are caught
+        from before the start: one that arrives while the logs recover (a pod deleted during
+        a slow start) lets the start finish and then stops the node cleanly, instead of
+        killing it with its logs half-loaded and no clean-shutdown marker written."""
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
+        bound = await self.start()
+        for listener in bound:
+            log.info(
+                "node %d serving %s on port %d", self.config.node_id, listener.name, listener.port
+            )
+        if self.banner:
+            print(self.banner, flush=True)
         await stop.wait()
         log.info("stopping node %d", self.config.node_id)
         await self.stop()

@@ -91,7 +91,7 @@ class NodeState:
                 "segment.bytes": str(OFFSETS_TOPIC_SEGMENT_BYTES),
             },
         )
-        results = await self.metadata.propose(lambda c: c.create_topics([request]))
+        results = await self.metadata.propose(lambda c: c.create_topics([request], by_broker=True))
         result = results[0]
         if result.error not in (ErrorCode.none, ErrorCode.topic_already_exists):
             log.warning(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from broker.metadata.image import INTERNAL_TOPICS
 from broker.protocol import ApiKey, ErrorCode, ResponseBody, build, response_module
 from broker.server import CloseConnection, RequestContext
 from broker.storage import AppendInfo
@@ -35,6 +36,11 @@ class Handler:
             for data in topic.partition_data:
                 if acks not in (0, 1, -1):
                     error, message, info = ErrorCode.invalid_required_acks, None, None
+                elif topic.name in INTERNAL_TOPICS:
+                    # The group coordinator appends to __consumer_offsets itself; a client's
+                    # records there would be read back as group state.
+                    error, info = ErrorCode.invalid_topic_exception, None
+                    message = f"Cannot append to internal topic {topic.name}"
                 elif data.records is None:
                     error, message, info = ErrorCode.corrupt_message, "no records", None
                 else:

@@ -1,7 +1,9 @@
 """InitProducerId for idempotent producers: ids come in blocks the controller hands out
-(ProducerIdsRecord), so a restarted node never reuses one. Transactions are not supported yet:
-a transactional id is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients report
-as fatal rather than retrying forever."""
+(ProducerIdsRecord), so a restarted node never reuses one. Without a transactional id every
+request gets a fresh id at epoch 0, whatever id and epoch it names, as Kafka's transaction
+coordinator answers: handing back a named id with its epoch bumped would let any client fence
+any other producer. Transactions are not supported yet: a transactional id is refused with
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which clients report as fatal rather than retrying."""
 
 from __future__ import annotations
 
@@ -14,8 +16,6 @@ from broker.server import RequestContext
 from .context import NO_THROTTLE, NodeState
 
 __all__ = ["InitProducerId"]
-
-_MAX_EPOCH = 32767
 
 
 class InitProducerId:
@@ -44,13 +44,7 @@ class InitProducerId:
         if request.transactional_id is not None:
             error = ErrorCode.transactional_id_authorization_failed
         else:
-            given_id = getattr(request, "producer_id", -1)
-            given_epoch = getattr(request, "producer_epoch", -1)
-            if given_id >= 0 and 0 <= given_epoch < _MAX_EPOCH - 1:
-                # KIP-360: an idempotent producer bumps its epoch to reset its sequences.
-                producer_id, epoch = given_id, given_epoch + 1
-            else:
-                producer_id, epoch = await self._new_id(), 0
+            producer_id, epoch = await self._new_id(), 0
         response: ResponseBody = build(
             schema.InitProducerIdResponse,
             throttle_time=NO_THROTTLE,

@@ -116,31 +116,31 @@ class CreatePartitions:
     async def __call__(self, context: RequestContext, request: Any) -> ResponseBody:
         version = context.header.api_version
         schema = response_module(ApiKey.CREATE_PARTITIONS, version)
-        results = []
-        for topic in request.topics:
-            assignments = (
+        wanted = [
+            (
+                topic.name,
+                topic.count,
                 None
                 if topic.assignments is None
-                else [tuple(a.broker_ids) for a in topic.assignments]
+                else [tuple(a.broker_ids) for a in topic.assignments],
             )
+            for topic in request.topics
+        ]
 
-            def decide(
-                controller: QuorumController, topic: Any = topic, assignments: Any = assignments
-            ) -> tuple[list[Any], Any]:
-                records, outcome = controller.create_partitions(
-                    topic.name, topic.count, assignments
-                )
-                return ([] if request.validate_only else records), outcome
+        def decide(controller: QuorumController) -> tuple[list[Any], list[Any]]:
+            records, outcomes = controller.create_partitions_all(wanted)
+            return ([] if request.validate_only else records), outcomes
 
-            outcome = await self._state.metadata.propose(decide)
-            results.append(
-                build(
-                    schema.CreatePartitionsTopicResult,
-                    name=topic.name,
-                    error_code=outcome.error,
-                    error_message=outcome.message,
-                )
+        outcomes = await self._state.metadata.propose(decide)
+        results = [
+            build(
+                schema.CreatePartitionsTopicResult,
+                name=name,
+                error_code=outcome.error,
+                error_message=outcome.message,
             )
+            for (name, _, _), outcome in zip(wanted, outcomes, strict=True)
+        ]
         response: ResponseBody = build(
             schema.CreatePartitionsResponse, throttle_time=NO_THROTTLE, results=tuple(results)
         )

@@ -17,7 +17,13 @@ from broker.protocol.errors import ErrorCode
 from broker.storage.config import InvalidConfig
 
 from .configs import BROKER_DYNAMIC, TOPIC_CONFIGS, ConfigType, validate_topic_configs
-from .image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
+from .image import (
+    BROKER_ONLY_TOPICS,
+    BROKER_RESOURCE,
+    CLUSTER_METADATA_TOPIC,
+    TOPIC_RESOURCE,
+    MetadataImage,
+)
 from .records import (
     ConfigRecord,
     MetadataRecord,
@@ -28,6 +34,7 @@ from .records import (
 )
 
 __all__ = [
+    "MAX_RECORDS_PER_USER_OP",
     "PRODUCER_ID_BLOCK_SIZE",
     "ConfigOp",
     "Outcome",
@@ -39,6 +46,11 @@ __all__ = [
 
 PRODUCER_ID_BLOCK_SIZE = 1000
 """Producer ids handed to a broker at a time (Kafka's ProducerIdsBlock size)."""
+
+MAX_RECORDS_PER_USER_OP = 10_000
+"""The most metadata records one admin operation may write (Kafka's QuorumController bound):
+a topic with 10 000 partitions or more, or a request creating that many, is refused whole
+rather than half-applied, and no single commit grows past what a restart replays quickly."""
 
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -126,8 +138,11 @@ class QuorumController:
     # -- topics -----------------------------------------------------------------------------
 
     def create_topics(
-        self, requests: Sequence[TopicRequest]
+        self, requests: Sequence[TopicRequest], *, by_broker: bool = False
     ) -> tuple[list[MetadataRecord], list[TopicResult]]:
+        """`by_broker`: the broker itself creates an internal topic (`__consumer_offsets` on
+        the first group request); a client may not. A request whose records would exceed
+        `MAX_RECORDS_PER_USER_OP` is refused whole, every topic with POLICY_VIOLATION."""
         records: list[MetadataRecord] = []
         results: list[TopicResult] = []
         names = [r.name for r in requests]
@@ -143,7 +158,13 @@ class QuorumController:
                     )
                 )
                 continue
-            result, topic_records = self._create_topic(request, creating)
+            try:
+                result, topic_records = self._create_topic(
+                    request, creating, by_broker, MAX_RECORDS_PER_USER_OP - len(records)
+                )
+            except _TooLarge as exc:
+                refused = Outcome(ErrorCode.policy_violation, str(exc))
+                return [], [TopicResult(r.name, refused.error, refused.message) for r in requests]
             results.append(result)
             if result.ok:
                 creating.add(request.name)
@@ -151,12 +172,16 @@ class QuorumController:
         return records, results
 
     def _create_topic(
-        self, request: TopicRequest, creating: set[str]
+        self, request: TopicRequest, creating: set[str], by_broker: bool, budget: int
     ) -> tuple[TopicResult, list[MetadataRecord]]:
         name = request.name
         illegal = validate_topic_name(name)
         if illegal is not None:
             return TopicResult(name, ErrorCode.invalid_topic_exception, illegal), []
+        if name == CLUSTER_METADATA_TOPIC or (name in BROKER_ONLY_TOPICS and not by_broker):
+            return TopicResult(
+                name, ErrorCode.invalid_request, f"Creation of internal topic {name} is prohibited."
+            ), []
         if name in self.image.topics:
             return TopicResult(
                 name, ErrorCode.topic_already_exists, f"Topic '{name}' already exists."
@@ -181,6 +206,7 @@ class QuorumController:
                     "Both numPartitions or replicationFactor and replicasAssignments were set. "
                     "Both cannot be used at the same time.",
                 ), []
+            _within(1 + len(request.assignments) + len(request.configs), budget)
             assignments = {p: tuple(r) for p, r in request.assignments.items()}
             problem = _check_assignments(assignments, brokers, first_partition=0)
             if problem is not None:
@@ -212,6 +238,7 @@ class QuorumController:
                     f"replication factor of {factor} cannot be reached because only "
                     f"{len(brokers)} broker(s) are registered.",
                 ), []
+            _within(1 + partitions + len(request.configs), budget)
             assignments = _place(range(partitions), factor, brokers)
         topic_id = self._new_topic_id()
         records: list[MetadataRecord] = [TopicRecord(name, topic_id)]
@@ -235,7 +262,17 @@ class QuorumController:
     def delete_topics(
         self, names: Sequence[str], ids: Sequence[uuid.UUID] = ()
     ) -> tuple[list[MetadataRecord], list[tuple[str | None, uuid.UUID | None, Outcome]]]:
-        """Results are (name, id, outcome) in request order: names first, then ids."""
+        """Results are (name, id, outcome) in request order: names first, then ids. More
+        topics than `MAX_RECORDS_PER_USER_OP` are refused whole, as Kafka refuses them."""
+        if len(names) + len(ids) > MAX_RECORDS_PER_USER_OP:
+            refused = Outcome(
+                ErrorCode.policy_violation,
+                f"{_EXCESSIVE}: it names {len(names) + len(ids)} topics, more than the "
+                f"{MAX_RECORDS_PER_USER_OP} one operation may delete.",
+            )
+            return [], [(name, None, refused) for name in names] + [
+                (None, topic_id, refused) for topic_id in ids
+            ]
         records: list[MetadataRecord] = []
         results: list[tuple[str | None, uuid.UUID | None, Outcome]] = []
         removed: set[uuid.UUID] = set()
@@ -270,14 +307,47 @@ class QuorumController:
             results.append((topic.name, topic_id, Outcome()))
         return records, results
 
+    def create_partitions_all(
+        self, requests: Sequence[tuple[str, int, Sequence[Sequence[int]] | None]]
+    ) -> tuple[list[MetadataRecord], list[Outcome]]:
+        """One CreatePartitions request, (topic, new count, assignments) per topic, as one
+        operation: refused whole, every topic with POLICY_VIOLATION, if its records would
+        exceed `MAX_RECORDS_PER_USER_OP`."""
+        records: list[MetadataRecord] = []
+        outcomes: list[Outcome] = []
+        for name, count, assignments in requests:
+            try:
+                topic_records, outcome = self.create_partitions(
+                    name, count, assignments, budget=MAX_RECORDS_PER_USER_OP - len(records)
+                )
+            except _TooLarge as exc:
+                return [], [Outcome(ErrorCode.policy_violation, str(exc)) for _ in requests]
+            records.extend(topic_records)
+            outcomes.append(outcome)
+        return records, outcomes
+
     def create_partitions(
-        self, topic_name: str, count: int, assignments: Sequence[Sequence[int]] | None
+        self,
+        topic_name: str,
+        count: int,
+        assignments: Sequence[Sequence[int]] | None,
+        *,
+        budget: int | None = None,
     ) -> tuple[list[MetadataRecord], Outcome]:
+        """Grow one topic to `count` partitions; `_TooLarge` if that takes more than `budget`
+        records (by default `MAX_RECORDS_PER_USER_OP`)."""
         topic = self.image.topics.get(topic_name)
         if topic is None:
             return [], Outcome(
                 ErrorCode.unknown_topic_or_partition,
                 "This server does not host this topic-partition.",
+            )
+        if topic_name in BROKER_ONLY_TOPICS:
+            return [], Outcome(
+                ErrorCode.invalid_request,
+                f"Cannot add partitions to internal topic {topic_name}: the broker maps each "
+                "group to one of its partitions by the partition count, so existing groups "
+                "would lose their state.",
             )
         current = len(topic.partitions)
         if count < current:
@@ -290,6 +360,7 @@ class QuorumController:
             return [], Outcome(
                 ErrorCode.invalid_partitions, f"Topic already has {current} partition(s)."
             )
+        _within(count - current, MAX_RECORDS_PER_USER_OP if budget is None else budget)
         brokers = [b.broker_id for b in self.image.live_brokers]
         factor = len(topic.partitions[0].replicas)
         new_partitions = range(current, count)
@@ -380,6 +451,22 @@ class QuorumController:
         start = self.image.next_producer_id
         end = start + PRODUCER_ID_BLOCK_SIZE
         return [ProducerIdsRecord(broker_id, broker_epoch, end)], range(start, end)
+
+
+_EXCESSIVE = "Unable to perform excessively large batch operation"
+"""Kafka's message when one controller operation would write too many records."""
+
+
+class _TooLarge(Exception):
+    """One admin operation would write more than `MAX_RECORDS_PER_USER_OP` records."""
+
+
+def _within(records: int, budget: int) -> None:
+    if records > budget:
+        raise _TooLarge(
+            f"{_EXCESSIVE}: it would write {MAX_RECORDS_PER_USER_OP - budget + records} "
+            f"metadata records, more than the {MAX_RECORDS_PER_USER_OP} one operation may write."
+        )
 
 
 def _apply_op(configs: dict[str, str], op: ConfigOp) -> Outcome | None:

@@ -24,7 +24,10 @@ from .records import (
 )
 
 __all__ = [
+    "BROKER_ONLY_TOPICS",
     "BROKER_RESOURCE",
+    "CLUSTER_METADATA_TOPIC",
+    "INTERNAL_TOPICS",
     "TOPIC_RESOURCE",
     "BrokerState",
     "Change",
@@ -39,6 +42,18 @@ __all__ = [
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
+
+
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"
+"""The metadata log's topic: never a topic of the image, whatever a client asks."""
+
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+"""Kafka's `Topic.isInternal`: topics of the image that only the broker's coordinators write;
+a client's Produce to them fails with INVALID_TOPIC_EXCEPTION."""
+
+BROKER_ONLY_TOPICS = INTERNAL_TOPICS | {CLUSTER_METADATA_TOPIC}
+"""Topics a client may not create or add partitions to: the internal ones and the metadata
+topic (which is never in the image, so every other request finds it unknown)."""
 
 
 def is_internal_topic(name: str) -> bool:

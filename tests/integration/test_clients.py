@@ -26,10 +26,11 @@ from confluent_kafka.admin._config import (
 )
 from confluent_kafka.cimpl import NewPartitions, NewTopic
 
-from broker.protocol import Codec
+from broker.protocol import ApiKey, Codec
 from broker.protocol.records import validate_batch
 from tests.integration.clients import QUIET, admin_client, create_topic, read_all
-from tests.support.nodes import RunningNode, run_node, start_node
+from tests.support.nodes import RunningNode, free_port, run_node, start_node
+from tests.support.proxy import lossy_proxy
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
@@ -172,6 +173,57 @@ def test_idempotent_producer_writes_each_record_once(node: RunningNode) -> None:
         by_partition.setdefault(partition, []).append(offset)
     for offsets in by_partition.values():
         assert sorted(offsets) == list(range(len(offsets)))
+
+
+def test_an_idempotent_producer_whose_answers_are_lost_writes_each_record_once(
+    tmp_path: Path,
+) -> None:
+    """The broker writes a batch but the client never hears so (its connection drops before
+    the answer arrives: `tests.support.proxy`), so librdkafka sends the same batch again with
+    the same sequence numbers: each record must still be in the log once, at contiguous
+    offsets. Without the broker's deduplication the retried batches would be stored twice."""
+    proxy_port = free_port()
+    advertised = {"advertised.listeners": f"PLAINTEXT://localhost:{proxy_port}"}
+    with (
+        run_node(tmp_path, advertised) as node,
+        lossy_proxy(proxy_port, ("localhost", node.port), ApiKey.PRODUCE, drops=3) as proxy,
+    ):
+        bootstrap = f"localhost:{proxy_port}"
+        create_topic(bootstrap, "retried", partitions=1)
+        producer = Producer(
+            {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5, **QUIET}
+        )
+        sent = _records(300, "retry")
+        for start in range(0, len(sent), 50):
+            for key, value, headers in sent[start : start + 50]:
+                producer.produce("retried", value=value, key=key, headers=headers)
+            assert producer.flush(30) == 0
+        assert proxy.dropped == 3  # three answers were really lost...
+        # ...and their batches were really sent again.
+        assert proxy.forwarded[ApiKey.PRODUCE] >= 3 + len(range(0, len(sent), 50))
+        got = read_all(bootstrap, "retried", 1, len(sent))
+        _check_same(sent, got)
+        assert [m.offset() for m in got] == list(range(len(sent)))
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "retried", **QUIET})
+        try:
+            watermarks = consumer.get_watermark_offsets(TopicPartition("retried", 0), timeout=10)
+        finally:
+            consumer.close()
+        assert watermarks == (0, len(sent))  # nothing stored twice after them either
+
+
+def test_a_transactional_producer_fails_at_once_with_a_fatal_error(node: RunningNode) -> None:
+    """Transactions are not served yet. A transactional producer must learn that at once and
+    for good, not retry a "coordinator not available" for its whole timeout: the error is
+    fatal (a retriable one would surface as a timeout after the 30 s given here)."""
+    producer = Producer(
+        {"bootstrap.servers": node.bootstrap, "transactional.id": "payments-tx", **QUIET}
+    )
+    with pytest.raises(KafkaException) as failed:
+        producer.init_transactions(30)
+    error = failed.value.args[0]
+    assert error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error
+    assert error.fatal() or not error.retriable(), error
 
 
 # -- timestamps -------------------------------------------------------------------------------

@@ -23,13 +23,13 @@ from tests.support.wire import call
 PRODUCE_VERSION = 9
 
 
-def _init_producer_id(port: int) -> tuple[int, int]:
+def _init_producer_id(port: int, producer_id: int = -1, epoch: int = -1) -> tuple[int, int]:
     body = build(
         request_type(ApiKey.INIT_PRODUCER_ID, 4),
         transactional_id=None,
         transaction_timeout=timedelta(seconds=60),
-        producer_id=-1,
-        producer_epoch=-1,
+        producer_id=producer_id,
+        producer_epoch=epoch,
     )
     response = call(("localhost", port), ApiKey.INIT_PRODUCER_ID, 4, body)
     assert response.error_code == ErrorCode.none
@@ -97,3 +97,20 @@ def test_a_retried_batch_after_a_crash_is_not_written_twice(tmp_path: Path) -> N
         # Producer ids handed out before the crash are never handed out again.
         new_id, _ = _init_producer_id(restarted.port)
         assert new_id != producer_id
+
+
+def test_no_client_can_fence_another_idempotent_producer(tmp_path: Path) -> None:
+    """InitProducerId without a transactional id gets a fresh id at epoch 0 whatever id and
+    epoch it names, as from Kafka's coordinator: handing back the named id with its epoch
+    bumped would let any client fence any producer whose id it has seen."""
+    with run_node(tmp_path) as node:
+        create_topic(node.bootstrap, "idempotent", 1)
+        victim, epoch = _init_producer_id(node.port)
+        assert epoch == 0
+        first = _produce(node.port, _batch(victim, epoch, 0, 3))
+        assert first.error_code == ErrorCode.none
+        for named_epoch in (0, 5):
+            other, other_epoch = _init_producer_id(node.port, victim, named_epoch)
+            assert (other_epoch, other != victim) == (0, True)
+        following = _produce(node.port, _batch(victim, epoch, 3, 2))
+        assert (following.error_code, following.base_offset) == (ErrorCode.none, 3)

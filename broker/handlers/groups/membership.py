@@ -23,6 +23,11 @@ from .common import E, GroupApi, GroupNodeInfo, client_host, ms, version_of
 
 _GROUP_KEY, _TRANSACTION_KEY = 0, 1
 
+TRANSACTIONS_UNSUPPORTED = (
+    "Gregor does not support transactions yet: unset transactional.id (an idempotent "
+    "producer, enable.idempotence=true, still writes each record once)"
+)
+
 
 class FindCoordinator:
     def __init__(self, node: GroupNodeInfo) -> None:
@@ -34,7 +39,9 @@ class FindCoordinator:
         key_type = int(getattr(request, "key_type", _GROUP_KEY))
         found: tuple[ErrorCode, str | None, int, str, int]
         if key_type == _TRANSACTION_KEY:
-            found = (E.coordinator_not_available, "transactions are not supported", -1, "", -1)
+            # Not the retriable COORDINATOR_NOT_AVAILABLE: a transactional producer would
+            # retry it for its whole timeout. Clients treat this error as fatal at once.
+            found = (E.transactional_id_authorization_failed, TRANSACTIONS_UNSUPPORTED, -1, "", -1)
         elif key_type != _GROUP_KEY:
             found = (E.invalid_request, f"unknown key type {key_type}", -1, "", -1)
         elif not await self._node.ensure_offsets_topic():

@@ -193,8 +193,12 @@ def test_find_coordinator_v4_answers_each_key_and_refuses_transactions(tmp_path:
         response = await client.send(
             ApiKey.FIND_COORDINATOR, 4, key_type=1, coordinator_keys=("tx",)
         )
-        ((key, error),) = [(c.key, c.error_code) for c in response.coordinators]
-        assert (key, error) == ("tx", E.coordinator_not_available)
+        ((key, error, message),) = [
+            (c.key, c.error_code, c.error_message) for c in response.coordinators
+        ]
+        # Fatal for clients at once, not the retriable COORDINATOR_NOT_AVAILABLE.
+        assert (key, error) == ("tx", E.transactional_id_authorization_failed)
+        assert "does not support transactions" in message
 
     with_client(tmp_path, scenario)
 

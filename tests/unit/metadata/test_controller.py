@@ -9,6 +9,7 @@ import uuid
 import pytest
 
 from broker.metadata import ConfigOp, MetadataImage, QuorumController, TopicRequest
+from broker.metadata.controller import MAX_RECORDS_PER_USER_OP
 from broker.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
 from broker.metadata.records import (
     BrokerEndpoint,
@@ -225,3 +226,66 @@ def test_producer_id_blocks_never_overlap() -> None:
         _commit(image, records)
         blocks.append(block)
     assert [b.start for b in blocks] == [0, 1000, 2000]
+
+
+def test_clients_cannot_create_internal_topics_and_the_broker_only_the_offsets_topic() -> None:
+    controller = _controller(_image())
+    for name in ("__cluster_metadata", "__consumer_offsets", "__transaction_state"):
+        records, (result,) = controller.create_topics([TopicRequest(name, 1)])
+        assert (records, result.error) == ([], ErrorCode.invalid_request)
+        assert result.message == f"Creation of internal topic {name} is prohibited."
+    records, (result,) = controller.create_topics(
+        [TopicRequest("__cluster_metadata", 1)], by_broker=True
+    )
+    assert (records, result.error) == ([], ErrorCode.invalid_request)
+    records, (result,) = controller.create_topics(
+        [TopicRequest("__consumer_offsets", 3)], by_broker=True
+    )
+    assert result.error == ErrorCode.none
+    assert len(records) == 1 + 3
+
+
+def test_partitions_are_never_added_to_an_internal_topic() -> None:
+    image = _image()
+    controller = _controller(image)
+    _commit(
+        image, controller.create_topics([TopicRequest("__consumer_offsets", 3)], by_broker=True)[0]
+    )
+    records, outcome = controller.create_partitions("__consumer_offsets", 6, None)
+    assert (records, outcome.error) == ([], ErrorCode.invalid_request)
+    assert len(image.topics["__consumer_offsets"].partitions) == 3
+
+
+def test_an_operation_over_ten_thousand_records_is_refused_whole() -> None:
+    image = _image()
+    controller = _controller(image)
+    limit = MAX_RECORDS_PER_USER_OP
+    # One topic record plus its partitions: 9 999 partitions is the largest topic that fits.
+    records, (fits,) = controller.create_topics([TopicRequest("fits", limit - 1)])
+    assert fits.error == ErrorCode.none
+    assert len(records) == limit
+    for request in (
+        [TopicRequest("huge", 1_000_000)],
+        [TopicRequest("huge", 2**31 - 1)],
+        [TopicRequest("fits", limit - 1, configs={"retention.ms": "1"})],
+        [TopicRequest("a", 6_000), TopicRequest("bad name!", 1), TopicRequest("b", 6_000)],
+    ):
+        records, results = controller.create_topics(request)
+        assert records == []
+        assert [r.error for r in results] == [ErrorCode.policy_violation] * len(request)
+        assert all("excessively large batch operation" in (r.message or "") for r in results)
+
+    _commit(image, controller.create_topics([TopicRequest("small", 1), TopicRequest("t", 1)])[0])
+    records, outcomes = controller.create_partitions_all(
+        [("small", 6_000, None), ("t", 6_000, None)]
+    )
+    assert records == []
+    assert [o.error for o in outcomes] == [ErrorCode.policy_violation] * 2
+    records, outcomes = controller.create_partitions_all([("small", 3, None), ("t", 2, None)])
+    assert [o.error for o in outcomes] == [ErrorCode.none] * 2
+    assert len(records) == 3
+
+    names = [f"t{i}" for i in range(limit + 1)]
+    records, deleted = controller.delete_topics(names)
+    assert records == []
+    assert {outcome.error for _, _, outcome in deleted} == {ErrorCode.policy_violation}
