@@ -3,20 +3,35 @@ body out. Handlers hold no sockets; they read and change the node's state."""
 
 from __future__ import annotations
 
-from broker.protocol import ApiKey
+from broker.protocol import ApiKey, ErrorCode
 from broker.server import Dispatcher, Handler
+from broker.storage import LogOffline, StorageError
 
 from . import api_versions, cluster, configs, fetch, groups, list_offsets, metadata, produce, topics
 from .context import NodeState
+from .errors import error_response
 from .producer_ids import InitProducerId
 
-__all__ = ["NodeState", "build_dispatcher"]
+__all__ = ["NodeState", "build_dispatcher", "classify_error"]
+
+
+def classify_error(exc: Exception) -> ErrorCode:
+    """A log dir that failed under a handler is the client's KAFKA_STORAGE_ERROR (retriable: a
+    replica elsewhere may serve it), anything else our bug: UNKNOWN_SERVER_ERROR."""
+    if isinstance(exc, StorageError | LogOffline | OSError):
+        return ErrorCode.kafka_storage_error
+    return ErrorCode.unknown_server_error
 
 
 def build_dispatcher(state: NodeState) -> Dispatcher:
     """Every handler the node has; ApiVersions advertises exactly these APIs."""
     handlers: dict[int, Handler] = {}
-    dispatcher = Dispatcher(handlers, error_responders={ApiKey.METADATA: metadata.error_response})
+    dispatcher = Dispatcher(
+        handlers,
+        error_responders={ApiKey.METADATA: metadata.error_response},
+        fallback=error_response,
+        classify=classify_error,
+    )
     handlers[ApiKey.API_VERSIONS] = api_versions.Handler(lambda: dispatcher.handled_api_keys)
     handlers[ApiKey.METADATA] = metadata.Handler(state)
     handlers[ApiKey.PRODUCE] = produce.Handler(state)

@@ -62,7 +62,8 @@ class Handler:
                     wanted.fetch_offset,
                     max(min(wanted.partition_max_bytes, budget), 0),
                     min_one_batch=total == 0,
-                    current_leader_epoch=wanted.current_leader_epoch,
+                    # Only from v9 (KIP-320): older fetches skip the leader epoch check.
+                    current_leader_epoch=getattr(wanted, "current_leader_epoch", -1),
                 )
                 if result.records is not None:
                     total += result.records.size

@@ -3,8 +3,10 @@
 Blame decides the outcome, as in Kafka: a frame the peer got wrong (malformed, or a version
 it should not have sent) closes its connection — except ApiVersions at an unknown version,
 which is answered (KIP-511); a handler that raises is our bug, logged once with the request
-that caused it, and answered with UNKNOWN_SERVER_ERROR where the API has an error response,
-else the connection closes. Either way every other connection keeps being served.
+that caused it, and answered with that API's error response (UNKNOWN_SERVER_ERROR, or what
+`classify` makes of the exception: KAFKA_STORAGE_ERROR for a failed disk); only Produce with
+acks=0, which expects no answer, closes the connection. Either way every other connection
+keeps being served.
 
 An `observer` (the metrics) sees every decoded request once it is answered: the request, the
 response body (None when nothing is sent) and the nanoseconds from decode to encoded response.
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.protocol import (
+    ApiKey,
     ErrorCode,
     MalformedInput,
     Request,
@@ -62,6 +65,11 @@ Handler = Callable[[RequestContext, Any], Awaitable[Answer | None]]
 """An API's handler: the decoded body in, the response body out (None: send nothing, as for
 Produce with acks=0)."""
 ErrorResponder = Callable[[RequestBody, ErrorCode], ResponseBody]
+FallbackResponder = Callable[[int, int, RequestBody, ErrorCode, str | None], ResponseBody]
+"""Any API's error response: (api key, version, request, error, message) → response."""
+ErrorClassifier = Callable[[Exception], ErrorCode]
+"""The error code a handler's exception is answered with (UNKNOWN_SERVER_ERROR unless the
+node knows better, e.g. KAFKA_STORAGE_ERROR for a failed disk)."""
 RequestObserver = Callable[[Request, Answer | None, int], None]
 """Called once per decoded request: the request, its response body, nanoseconds it took."""
 
@@ -75,9 +83,14 @@ class Dispatcher:
         self,
         handlers: Mapping[int, Handler],
         error_responders: Mapping[int, ErrorResponder] | None = None,
+        *,
+        fallback: FallbackResponder | None = None,
+        classify: ErrorClassifier | None = None,
     ) -> None:
         self._handlers = dict(handlers)
         self._error_responders = dict(error_responders or {})
+        self._fallback = fallback
+        self._classify = classify
         self.observer: RequestObserver | None = None
 
     def register(
@@ -117,7 +130,9 @@ class Dispatcher:
         try:
             try:
                 body = await handler(context, request.body)
-            except Exception:
+            except CloseConnection:
+                raise
+            except Exception as exc:
                 log.exception(
                     "handler failed for %s v%d from %s (client %r)",
                     type(request.body).__name__,
@@ -125,17 +140,25 @@ class Dispatcher:
                     client_address,
                     request.header.client_id,
                 )
-                body = self._error_body(request)
+                body = self._error_body(request, exc)
             return _encode(request.header, body)
         finally:
             if self.observer is not None:
                 self.observer(request, body, time.perf_counter_ns() - started)
 
-    def _error_body(self, request: Request) -> ResponseBody:
-        responder = self._error_responders.get(request.header.api_key)
-        if responder is None:
+    def _error_body(self, request: Request, exc: Exception) -> ResponseBody:
+        header = request.header
+        if header.api_key == ApiKey.PRODUCE and getattr(request.body, "acks", 1) == 0:
+            # acks=0 expects no answer at all: closing is how such a client learns (Kafka too).
+            raise CloseConnection("acks=0 produce failed")
+        error = ErrorCode.unknown_server_error if self._classify is None else self._classify(exc)
+        responder = self._error_responders.get(header.api_key)
+        if responder is not None:
+            return responder(request.body, error)
+        if self._fallback is None:
             raise CloseConnection("handler failed and the API has no error response")
-        return responder(request.body, ErrorCode.unknown_server_error)
+        message = str(exc) if error != ErrorCode.unknown_server_error else None
+        return self._fallback(header.api_key, header.api_version, request.body, error, message)
 
 
 def _encode(header: RequestHeader, body: Answer | None) -> Frame | None:

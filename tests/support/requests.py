@@ -1,0 +1,277 @@
+"""Requests for every API Gregor serves, at any of its versions, built through the codec.
+
+One set of values per API is written for all of its versions (`TEMPLATES`); `fill` makes one
+version's request class from them, leaving out the fields that version lacks and giving the
+fields no value names their zero. The every-version sweep sends them to a real node; the
+dispatcher's unit tests feed them to failing handlers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import types
+import typing
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from datetime import timedelta
+from typing import Any
+
+from broker.protocol import ApiKey
+from broker.protocol.records import Record, build_batch
+
+__all__ = ["TEMPLATES", "TOPIC", "Template", "error_codes", "fill"]
+
+TOPIC = "sweep"
+PARTITION_BYTES = 1 << 20
+
+
+def _batch() -> bytes:
+    now_ms = time.time_ns() // 1_000_000
+    return build_batch([Record(offset=0, timestamp=now_ms, key=b"k", value=b"v")])
+
+
+Values = Mapping[str, Any]
+Template = Callable[[int], Values]
+"""The values of one API's request, written for all of its versions, given the version (some
+requests must differ per version to be repeatable: the topic a CreateTopics makes)."""
+
+TEMPLATES: dict[ApiKey, Template] = {
+    ApiKey.API_VERSIONS: lambda v: {
+        "client_software_name": "gregor-sweep",
+        "client_software_version": "1.0",
+    },
+    ApiKey.METADATA: lambda v: {
+        "topics": [{"name": TOPIC}],
+        "allow_auto_topic_creation": False,
+    },
+    ApiKey.PRODUCE: lambda v: {
+        "transactional_id": None,
+        "acks": -1,
+        "timeout": timedelta(seconds=10),
+        "topic_data": [{"name": TOPIC, "partition_data": [{"index": 0, "records": _batch()}]}],
+    },
+    ApiKey.FETCH: lambda v: {
+        "replica_id": -1,
+        "max_wait": timedelta(0),
+        "max_bytes": PARTITION_BYTES,
+        "session_epoch": -1,
+        "topics": [
+            {
+                "topic": TOPIC,
+                "partitions": [
+                    {
+                        "partition": 0,
+                        "current_leader_epoch": -1,
+                        "last_fetched_epoch": -1,
+                        "log_start_offset": -1,
+                        "partition_max_bytes": PARTITION_BYTES,
+                    }
+                ],
+            }
+        ],
+    },
+    ApiKey.LIST_OFFSETS: lambda v: {
+        "replica_id": -1,
+        "topics": [
+            {
+                "name": TOPIC,
+                "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}],
+            }
+        ],
+    },
+    ApiKey.CREATE_TOPICS: lambda v: {
+        "topics": [{"name": f"made-v{v}", "num_partitions": 1, "replication_factor": 1}],
+        "timeout": timedelta(seconds=30),
+    },
+    ApiKey.DELETE_TOPICS: lambda v: {
+        "topic_names": [f"doomed-v{v}"],
+        "topics": [{"name": f"doomed-v{v}", "topic_id": uuid.UUID(int=0)}],
+        "timeout": timedelta(seconds=30),
+    },
+    ApiKey.CREATE_PARTITIONS: lambda v: {
+        "topics": [{"name": TOPIC, "count": 2, "assignments": None}],
+        "timeout": timedelta(seconds=30),
+        "validate_only": True,
+    },
+    ApiKey.DELETE_RECORDS: lambda v: {
+        "topics": [{"name": TOPIC, "partitions": [{"partition_index": 0, "offset": 0}]}],
+        "timeout": timedelta(seconds=30),
+    },
+    ApiKey.INIT_PRODUCER_ID: lambda v: {
+        "transactional_id": None,
+        "transaction_timeout": timedelta(seconds=60),
+        "producer_id": -1,
+        "producer_epoch": -1,
+    },
+    ApiKey.DESCRIBE_CONFIGS: lambda v: {
+        "resources": [{"resource_type": 2, "resource_name": TOPIC, "configuration_keys": None}],
+        "include_synonyms": True,
+        "include_documentation": True,
+    },
+    ApiKey.ALTER_CONFIGS: lambda v: {
+        "resources": [
+            {
+                "resource_type": 2,
+                "resource_name": TOPIC,
+                "configs": [{"name": "retention.ms", "value": "86400000"}],
+            }
+        ],
+    },
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: lambda v: {
+        "resources": [
+            {
+                "resource_type": 2,
+                "resource_name": TOPIC,
+                "configs": [{"name": "retention.ms", "config_operation": 0, "value": "3600000"}],
+            }
+        ],
+    },
+    ApiKey.DESCRIBE_CLUSTER: lambda v: {"include_cluster_authorized_operations": True},
+    ApiKey.DESCRIBE_LOG_DIRS: lambda v: {"topics": None},
+    ApiKey.FIND_COORDINATOR: lambda v: {
+        "key": "sweep-group",
+        "key_type": 0,
+        "coordinator_keys": ["sweep-group"],
+    },
+    ApiKey.JOIN_GROUP: lambda v: {
+        "group_id": f"join-v{v}",
+        "session_timeout": timedelta(seconds=10),
+        "rebalance_timeout": timedelta(seconds=10),
+        "member_id": "",
+        "group_instance_id": None,
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": b""}],
+        "reason": None,
+    },
+    ApiKey.SYNC_GROUP: lambda v: {
+        "group_id": "sweep-group",
+        "generation_id": 1,
+        "member_id": "nobody",
+        "group_instance_id": None,
+        "protocol_type": "consumer",
+        "protocol_name": "range",
+        "assignments": [],
+    },
+    ApiKey.HEARTBEAT: lambda v: {
+        "group_id": "sweep-group",
+        "generation_id": 1,
+        "member_id": "nobody",
+        "group_instance_id": None,
+    },
+    ApiKey.LEAVE_GROUP: lambda v: {
+        "group_id": "sweep-group",
+        "member_id": "nobody",
+        "members": [{"member_id": "nobody", "group_instance_id": None, "reason": None}],
+    },
+    ApiKey.OFFSET_COMMIT: lambda v: {
+        "group_id": f"commit-v{v}",
+        "generation_id_or_member_epoch": -1,
+        "member_id": "",
+        "group_instance_id": None,
+        "retention_time": timedelta(milliseconds=-1),
+        "topics": [
+            {
+                "name": TOPIC,
+                "partitions": [
+                    {
+                        "partition_index": 0,
+                        "committed_offset": 1,
+                        "committed_leader_epoch": -1,
+                        "commit_timestamp": -1,
+                        "committed_metadata": "",
+                    }
+                ],
+            }
+        ],
+    },
+    ApiKey.OFFSET_FETCH: lambda v: {
+        "group_id": "commit-v8",
+        "topics": [{"name": TOPIC, "partition_indexes": [0]}],
+        "groups": [
+            {
+                "group_id": "commit-v8",
+                "member_id": None,
+                "member_epoch": -1,
+                "topics": [{"name": TOPIC, "partition_indexes": [0]}],
+            }
+        ],
+        "require_stable": False,
+    },
+    ApiKey.OFFSET_DELETE: lambda v: {
+        "group_id": "commit-v2",
+        "topics": [{"name": TOPIC, "partitions": [{"partition_index": 0}]}],
+    },
+    ApiKey.DESCRIBE_GROUPS: lambda v: {
+        "groups": ["commit-v8", "nobody-here"],
+        "include_authorized_operations": True,
+    },
+    ApiKey.LIST_GROUPS: lambda v: {"states_filter": [], "types_filter": []},
+    ApiKey.DELETE_GROUPS: lambda v: {"groups_names": [f"commit-v{v + 3}"]},
+}
+
+
+def _struct_of(annotation: Any) -> type[Any] | None:
+    """The struct class of an array field (`tuple[Struct, ...]`, maybe nullable), else None."""
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    args = [a for a in typing.get_args(annotation) if a is not type(None)] if union else []
+    for arg in args or [annotation]:
+        if typing.get_origin(arg) is tuple:
+            (item, *_) = typing.get_args(arg)
+            if dataclasses.is_dataclass(item):
+                return typing.cast(type[Any], item)
+    return None
+
+
+def _zero(field: dataclasses.Field[Any], annotation: Any) -> Any:
+    kind = field.metadata.get("kafka_type")
+    if kind in ("int8", "int16", "int32", "int64", "uint16", "uint32", "float64"):
+        return 0
+    if kind in ("string",):
+        return ""
+    if kind == "bool":
+        return False
+    if kind == "uuid":
+        return uuid.UUID(int=0)
+    if kind in ("bytes", "records"):
+        return b""
+    if kind in ("timedelta_i32", "timedelta_i64"):
+        return timedelta(0)
+    if typing.get_origin(annotation) is tuple or _struct_of(annotation) is not None:
+        return ()
+    raise AssertionError(f"no zero for {field.name} ({kind}, {annotation})")
+
+
+def fill(message: type[Any], values: Values) -> Any:
+    """An instance of `message` (one version's class) from `values`, recursively: a struct
+    array is given as a list of value mappings; fields the class lacks are ignored."""
+    hints = typing.get_type_hints(message)
+    given: dict[str, Any] = {}
+    for field in dataclasses.fields(message):
+        annotation = hints[field.name]
+        if field.name in values:
+            value = values[field.name]
+            item = _struct_of(annotation)
+            if item is not None and value is not None:
+                value = tuple(fill(item, v) for v in value)
+            elif isinstance(value, list):
+                value = tuple(value)
+            given[field.name] = value
+        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            given[field.name] = _zero(field, annotation)
+    return message(**given)
+
+
+def error_codes(message: Any) -> Iterator[tuple[str, int]]:
+    """Every error code in a response, with where it is."""
+    if not dataclasses.is_dataclass(message):
+        return
+    for field in dataclasses.fields(message):
+        value = getattr(message, field.name)
+        if field.name == "error_code":
+            yield type(message).__name__, int(value)
+        elif isinstance(value, tuple):
+            for item in value:
+                yield from error_codes(item)
+        elif dataclasses.is_dataclass(value):
+            yield from error_codes(value)
