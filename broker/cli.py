@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import resource
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,7 +41,18 @@ def _overrides(pairs: Sequence[str]) -> dict[str, str]:
     return result
 
 
+def _raise_open_files_limit() -> None:
+    """Let the node open as many files as the hard limit allows, as the JVM does for Kafka: a
+    segment costs a descriptor, and the default soft limit (often 1024) is a few hundred
+    partitions."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def _run_node(config: BrokerConfig, banner: str | None = None) -> int:
+    _raise_open_files_limit()
+
     async def main() -> None:
         node = Node(config)
         node.banner = banner

@@ -185,6 +185,10 @@ class BrokerConfig:
     offset_metadata_max_bytes: int = 4_096
     producer_id_expiration_ms: int = 86_400_000
     """`producer.id.expiration.ms`: an idle producer's state is dropped after this."""
+    log_retention_check_interval_ms: int = 300_000
+    """`log.retention.check.interval.ms`: how often segments past `retention.ms` or
+    `retention.bytes` are deleted (Kafka's 5 minutes: records with an old CreateTime are not
+    deleted the second after they were acknowledged)."""
     metrics_listener: tuple[str, int] | None = None
     """`gregor.metrics.listener` (Gregor's own name, so it cannot clash with Kafka's): host and
     port of the Prometheus endpoint, written `http://0.0.0.0:9404` (the port Strimzi reserves
@@ -310,6 +314,7 @@ _BROKER: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", _int(1)),
     "offset.metadata.max.bytes": ("offset_metadata_max_bytes", _int(0)),
     "producer.id.expiration.ms": ("producer_id_expiration_ms", _int(1)),
+    "log.retention.check.interval.ms": ("log_retention_check_interval_ms", _int(1)),
     "gregor.metrics.listener": ("metrics_listener", _http_listener),
 }
 

@@ -91,6 +91,7 @@ class Node:
             list(config.log_dirs),
             config.log,
             producer_id_expiration_ms=config.producer_id_expiration_ms,
+            retention_check_interval_ms=config.log_retention_check_interval_ms,
         )
         self.clock = wall_clock_ms
         self.metadata: MetadataService | None = None

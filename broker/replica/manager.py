@@ -34,6 +34,7 @@ from broker.storage import (
     InvalidTimestamp,
     Log,
     LogConfig,
+    LogDirFailure,
     LogManager,
     LogOffline,
     OffsetOutOfRange,
@@ -132,7 +133,7 @@ class ReplicaManager:
         elif isinstance(change, TopicRemoved):
             for index in change.topic.partitions:
                 self.partitions.pop((change.topic.name, index), None)
-                self.logs.delete_log(change.topic.name, index, self._clock())
+                self._delete_log((change.topic.name, index))
                 self._wake((change.topic.name, index))
         elif isinstance(change, ConfigChanged):
             self._reconfigure(change)
@@ -142,14 +143,31 @@ class ReplicaManager:
         if self.node_id not in change.state.replicas:
             if key in self.partitions:
                 del self.partitions[key]
-                self.logs.delete_log(*key, self._clock())
+                self._delete_log(key)
             return
         existing = self.partitions.get(key)
         if existing is not None:
             existing.state = change.state
             return
-        log_ = self.logs.create_log(*key, self._clock(), self._log_config(key[0]))
+        if key in self.logs.offline:
+            return  # it could not be loaded: it answers KAFKA_STORAGE_ERROR (see `get`)
+        try:
+            log_ = self.logs.create_log(*key, self._clock(), self._log_config(key[0]))
+        except (OSError, StorageError) as exc:
+            # The metadata is committed whatever the disk says: this partition is offline
+            # here (out of descriptors, a full or failed disk) and the rest carries on.
+            log.error("cannot create the log of %s-%d, it is offline: %s", *key, exc)
+            self.logs.offline[key] = f"cannot create its log: {type(exc).__name__}: {exc}"
+            return
         self.partitions[key] = Partition(key[0], key[1], log_, change.state)
+
+    def _delete_log(self, key: TopicPartition) -> None:
+        """Delete a partition's log; a disk that refuses leaves it as a stray, which the next
+        start deletes again, instead of failing the metadata change that removed it."""
+        try:
+            self.logs.delete_log(*key, self._clock())
+        except (OSError, StorageError) as exc:
+            log.error("cannot delete the log of %s-%d (retried at the next start): %s", *key, exc)
 
     def _reconfigure(self, change: ConfigChanged) -> None:
         topics: Iterable[str]
@@ -169,7 +187,7 @@ class ReplicaManager:
         for (topic, index), _ in self.logs:
             if (topic, index) not in self.partitions:
                 log.info("deleting stray log %s-%d", topic, index)
-                self.logs.delete_log(topic, index, self._clock())
+                self._delete_log((topic, index))
 
     def get(self, topic: str, index: int) -> Partition | ErrorCode:
         partition = self.partitions.get((topic, index))
@@ -218,10 +236,20 @@ class ReplicaManager:
             return AppendResult(ErrorCode.invalid_producer_epoch, message=str(exc))
         except InvalidTimestamp as exc:
             return AppendResult(ErrorCode.invalid_timestamp, message=str(exc))
+        except (LogDirFailure, OSError) as exc:
+            self.log_dir_failed(topic, index, exc)
+            return AppendResult(ErrorCode.kafka_storage_error, message=str(exc))
         except (LogOffline, StorageError) as exc:
             return AppendResult(ErrorCode.kafka_storage_error, message=str(exc))
         self._wake((topic, index))
         return AppendResult(ErrorCode.none, info)
+
+    def log_dir_failed(self, topic: str, index: int, exc: Exception) -> None:
+        """An I/O error on a partition's disk: every partition of that log dir stops being
+        served here (KAFKA_STORAGE_ERROR); the rest of the node carries on."""
+        for key in self.logs.fail_dir_of(topic, index, f"{type(exc).__name__}: {exc}"):
+            self.partitions.pop(key, None)
+            self._wake(key)
 
     def _topic_setting(self, topic: str, name: str, default: str) -> str:
         return self.image.topic_config(topic).get(name, default)

@@ -6,6 +6,7 @@ __all__ = [
     "CorruptRecordError",
     "InvalidProducerEpoch",
     "InvalidTimestamp",
+    "LogDirFailure",
     "LogOffline",
     "OffsetOutOfRange",
     "OutOfOrderSequence",
@@ -40,6 +41,12 @@ class OffsetOutOfRange(StorageError):
         self.offset = offset
         self.log_start_offset = log_start_offset
         self.log_end_offset = log_end_offset
+
+
+class LogDirFailure(StorageError):
+    """An I/O error (a full or failing disk) under a log dir. What was half-written has been
+    cut off; the dir's partitions go offline (KAFKA_STORAGE_ERROR) and the dir gets no
+    clean-shutdown marker, so its next load recovers."""
 
 
 class LogOffline(StorageError):

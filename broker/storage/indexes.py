@@ -6,10 +6,13 @@ by the *last* offset of the batch that starts at that position.
 `.timeindex`: 12-byte entries, timestamp int64 + relative offset int32; an entry is added only
 when the segment's max timestamp grows, so timestamps are strictly increasing.
 
-Entries live in `array`s (4–8 bytes each, bisectable) and are appended to the file as they are
-made; the OS writes them with the log and `flush` makes them durable. A file that is not a
-whole number of entries, or whose entries go backwards, is `IndexCorrupt`: the segment then
-rebuilds its indexes from the log, which is always the source of truth.
+Entries live in `array`s (4–8 bytes each, bisectable); new ones wait in memory and `flush`
+appends them to the file (on every log flush, roll and close), so an index holds no file
+descriptor between flushes: a segment costs one descriptor, its `.log`, as in Kafka (whose
+indexes are memory-mapped and their files closed). A crash can lose the unflushed tail of an
+index, never of the log: recovery rebuilds indexes past the recovery point from the log. A file
+that is not a whole number of entries, or whose entries go backwards, is `IndexCorrupt`: the
+segment then rebuilds its indexes from the log, which is always the source of truth.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ import os
 import struct
 from array import array
 from pathlib import Path
-from typing import BinaryIO
 
 __all__ = ["IndexCorrupt", "OffsetIndex", "TimeIndex"]
 
@@ -51,8 +53,11 @@ class _SparseIndex:
                 self._check_next(first, second)
                 self._first.append(first)
                 self._second.append(second)
+        else:
+            path.touch()
         self.path = path
-        self._file: BinaryIO = open(path, "ab")  # noqa: SIM115 - owned for the index's life
+        self._unwritten = bytearray()
+        """Entries made since the last flush, packed, waiting to be appended to the file."""
 
     def _check_next(self, first: int, second: int) -> None:
         """Raise `IndexCorrupt` if an entry read from disk does not follow the previous one."""
@@ -64,7 +69,7 @@ class _SparseIndex:
     def _append_entry(self, first: int, second: int) -> None:
         self._first.append(first)
         self._second.append(second)
-        self._file.write(self._ENTRY.pack(first, second))
+        self._unwritten += self._ENTRY.pack(first, second)
 
     def _keep(self, count: int) -> None:
         """Keep the first `count` entries and rewrite the file to match."""
@@ -72,27 +77,31 @@ class _SparseIndex:
             return
         del self._first[count:]
         del self._second[count:]
-        self._file.close()
+        self._unwritten.clear()
         with open(self.path, "wb") as out:
             for first, second in zip(self._first, self._second, strict=True):
                 out.write(self._ENTRY.pack(first, second))
-        self._file = open(self.path, "ab")  # noqa: SIM115
 
     def reset(self) -> None:
         self._keep(0)
 
     def flush(self, fsync: bool = False) -> None:
-        self._file.flush()
-        if fsync:
-            os.fsync(self._file.fileno())
+        """Append the entries made since the last flush to the file (and fsync it if asked)."""
+        if not self._unwritten and not fsync:
+            return
+        with open(self.path, "ab") as out:
+            out.write(self._unwritten)
+            out.flush()
+            if fsync:
+                os.fsync(out.fileno())
+        self._unwritten.clear()
 
     def rename(self, path: Path) -> None:
-        self._file.flush()
         os.replace(self.path, path)
         self.path = path
 
     def close(self) -> None:
-        self._file.close()
+        self.flush()
 
 
 class OffsetIndex(_SparseIndex):

@@ -259,7 +259,10 @@ class Log:
                 return self._duplicate(duplicate)
         last_offset = first_offset + header.last_offset_delta
         self.epochs.assign(leader_epoch, first_offset)
-        if segment.should_roll(size, now_ms) or last_offset - segment.base_offset > 2**31 - 1:
+        if (
+            segment.should_roll(size, now_ms, header.max_timestamp)
+            or last_offset - segment.base_offset > 2**31 - 1
+        ):
             segment = self.roll(now_ms, first_offset)
         prefix = _PREFIX.pack(first_offset, header.batch_length, leader_epoch)
         segment.append_one(view, prefix, size, header.max_timestamp, last_offset)
@@ -348,7 +351,10 @@ class Log:
         last = batches[-1][1]
         last_offset = last.base_offset + last.last_offset_delta
         segment = self.segments[-1]
-        if segment.should_roll(total, now_ms) or last_offset - segment.base_offset > 2**31 - 1:
+        if (
+            segment.should_roll(total, now_ms, max_timestamp)
+            or last_offset - segment.base_offset > 2**31 - 1
+        ):
             segment = self.roll(now_ms, first.base_offset)
         segment.append(view, batches, prefixes)
         self._unflushed_records += records

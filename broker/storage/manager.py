@@ -16,7 +16,9 @@ other partition still loads. Time is an argument (`now_ms`): `tick` is called by
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import logging
 import os
 import shutil
 import uuid
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from .checkpoints import read_offset_checkpoint, write_offset_checkpoint
+from .checkpoints import CheckpointError, read_offset_checkpoint, write_offset_checkpoint
 from .cleaner import (
     CleanResult,
     clean,
@@ -34,12 +36,14 @@ from .cleaner import (
     write_cleaner_checkpoint,
 )
 from .config import LogConfig
-from .errors import LogOffline, StorageError
+from .errors import LogDirFailure, LogOffline, StorageError
 from .log import Log, parse_partition_dir
 from .producer_state import PRODUCER_ID_EXPIRATION_MS
 from .segments import LogSegment
 
-__all__ = ["CLEAN_SHUTDOWN_FILE", "LogManager", "TopicPartition"]
+__all__ = ["CLEAN_SHUTDOWN_FILE", "LogManager", "TopicPartition", "delete_dir_name"]
+
+logger = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
@@ -48,6 +52,18 @@ LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 DELETE_DIR_SUFFIX = "-delete"
 
 TopicPartition = tuple[str, int]
+
+
+MAX_FILE_NAME = 255
+"""The longest file name Linux filesystems take (ext4, xfs: NAME_MAX)."""
+
+
+def delete_dir_name(topic: str, partition: int) -> str:
+    """Where a deleted partition's directory is renamed until it is removed, as Kafka names it:
+    `<topic>-<partition>.<uuid>-delete`, the topic cut short so the whole name stays within
+    `MAX_FILE_NAME` (a legal 249-character topic would otherwise not fit)."""
+    suffix = f"-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+    return topic[: MAX_FILE_NAME - len(suffix)] + suffix
 
 
 @dataclass
@@ -66,13 +82,15 @@ class LogManager:
         checkpoint_interval_ms: int = 60_000,
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
         producer_id_expiration_check_interval_ms: int = 600_000,
+        retention_check_interval_ms: int = 300_000,
     ) -> None:
         """`checkpoint_interval_ms`: how often `tick` writes the recovery-point and log-start
         checkpoints (Kafka's `log.flush.offset.checkpoint.interval.ms`, 1 minute).
         `producer_id_expiration_ms`: Kafka's `producer.id.expiration.ms` (1 day), how long a
         partition keeps an idle producer's state; `producer_id_expiration_check_interval_ms`:
         Kafka's `producer.id.expiration.check.interval.ms` (10 minutes), how often `tick`
-        looks for them."""
+        looks for them. `retention_check_interval_ms`: Kafka's
+        `log.retention.check.interval.ms` (5 minutes), how often `tick` applies retention."""
         if not log_dirs:
             raise ValueError("at least one log dir is required (log.dirs)")
         self.log_dirs = [Path(d) for d in log_dirs]
@@ -80,6 +98,8 @@ class LogManager:
         self.checkpoint_interval_ms = checkpoint_interval_ms
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
+        self.retention_check_interval_ms = retention_check_interval_ms
+        self._last_retention_ms = 0
         self.logs: dict[TopicPartition, Log] = {}
         self.offline: dict[TopicPartition, str] = {}
         self.offline_dirs: dict[Path, str] = {}
@@ -120,13 +140,27 @@ class LogManager:
                 self.offline_dirs[log_dir] = f"{type(exc).__name__}: {exc}"
         self._last_checkpoint_ms = now_ms
         self._last_producer_expiration_ms = now_ms
+        self._last_retention_ms = now_ms
 
     def _load_dir(self, log_dir: Path, now_ms: int, configs: dict[str, LogConfig]) -> None:
         marker = log_dir / CLEAN_SHUTDOWN_FILE
         clean = marker.exists()
-        recovery_points = read_offset_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
-        start_offsets = read_offset_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
-        first_dirty = read_cleaner_checkpoint(log_dir)
+        try:
+            recovery_points = read_offset_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
+        except CheckpointError as exc:
+            # As Kafka: recover every partition of this dir from its start instead.
+            logger.warning("%s; recovering every log in %s from its start", exc, log_dir)
+            recovery_points, clean = {}, False
+        try:
+            start_offsets = read_offset_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
+        except CheckpointError as exc:
+            logger.warning("%s; log start offsets fall back to each log's first segment", exc)
+            start_offsets = {}
+        try:
+            first_dirty = read_cleaner_checkpoint(log_dir)
+        except CheckpointError as exc:
+            logger.warning("%s; the cleaner starts over on every compacted log", exc)
+            first_dirty = {}
         for child in sorted(log_dir.iterdir()):
             if not child.is_dir():
                 continue
@@ -141,6 +175,7 @@ class LogManager:
                 continue
             if key in self.logs:
                 self.offline[key] = f"also found in {self._dir_of[key]}; refusing {child}"
+                logger.error("partition %s-%d is offline: %s", *key, self.offline[key])
                 continue
             try:
                 log = Log(
@@ -154,6 +189,12 @@ class LogManager:
                 )
             except Exception as exc:  # any failure takes this partition alone offline
                 self.offline[key] = f"{child}: {type(exc).__name__}: {exc}"
+                logger.error(
+                    "partition %s-%d cannot be loaded and is offline (its clients get "
+                    "KAFKA_STORAGE_ERROR): %s",
+                    *key,
+                    self.offline[key],
+                )
                 continue
             self.logs[key] = log
             self._dir_of[key] = log_dir
@@ -240,9 +281,7 @@ class LogManager:
         if log is None:
             return
         log.close(now_ms)
-        target = log.directory.with_name(
-            f"{log.directory.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
-        )
+        target = log.directory.with_name(delete_dir_name(topic, partition))
         os.replace(log.directory, target)
         self._pending.append(
             _PendingDeletion(now_ms + log.config.file_delete_delay_ms, directory=target)
@@ -250,6 +289,33 @@ class LogManager:
         self._first_dirty.pop(key, None)
         log_dir = self._dir_of.pop(key)
         self._write_checkpoints(log_dir)
+
+    def fail_dir_of(self, topic: str, partition: int, reason: str) -> list[TopicPartition]:
+        """An I/O error hit a partition's log: take its whole log dir offline, as Kafka's
+        log-dir failure handling does. Every partition there answers KAFKA_STORAGE_ERROR
+        (`offline`), its logs are closed as far as the disk allows, and the dir is left
+        without checkpoints or a clean-shutdown marker, so its next load recovers from the
+        last fsync. Returns the partitions taken offline."""
+        log_dir = self._dir_of.get((topic, partition))
+        if log_dir is None:
+            return []
+        self.offline_dirs.setdefault(log_dir, reason)
+        failed = [key for key, d in self._dir_of.items() if d == log_dir and key in self.logs]
+        for key in failed:
+            log = self.logs.pop(key)
+            self.offline[key] = f"log dir {log_dir} failed: {reason}"
+            self._first_dirty.pop(key, None)
+            for segment in log.segments:
+                with contextlib.suppress(OSError):
+                    segment.close()
+        logger.error(
+            "log dir %s is offline (%s): its %d partitions answer KAFKA_STORAGE_ERROR until the "
+            "node restarts with the disk repaired",
+            log_dir,
+            reason,
+            len(failed),
+        )
+        return failed
 
     def delete_records(self, topic: str, partition: int, offset: int) -> int:
         """DeleteRecords: advance the log start offset and checkpoint it at once, so that the
@@ -270,13 +336,19 @@ class LogManager:
             now_ms - self._last_producer_expiration_ms
             >= self.producer_id_expiration_check_interval_ms
         )
-        for _, log in self:
-            doomed = log.delete_old_segments(now_ms)
-            if doomed:
-                self.retire(doomed, now_ms + log.config.file_delete_delay_ms)
-            log.maybe_flush(now_ms)
-            if expire_producers:
-                log.remove_expired_producers(now_ms)
+        apply_retention = now_ms - self._last_retention_ms >= self.retention_check_interval_ms
+        if apply_retention:
+            self._last_retention_ms = now_ms
+        for key, log in self:
+            try:
+                doomed = log.delete_old_segments(now_ms) if apply_retention else []
+                if doomed:
+                    self.retire(doomed, now_ms + log.config.file_delete_delay_ms)
+                log.maybe_flush(now_ms)
+                if expire_producers:
+                    log.remove_expired_producers(now_ms)
+            except (OSError, LogDirFailure) as exc:
+                self.fail_dir_of(*key, f"{type(exc).__name__}: {exc}")
         if expire_producers:
             self._last_producer_expiration_ms = now_ms
         due = [p for p in self._pending if p.due_ms <= now_ms]
@@ -330,8 +402,16 @@ class LogManager:
 
     def checkpoint(self) -> None:
         for log_dir in self.log_dirs:
-            if log_dir not in self.offline_dirs:
+            if log_dir in self.offline_dirs:
+                continue
+            try:
                 self._write_checkpoints(log_dir)
+            except OSError as exc:
+                any_key = next((k for k, d in self._dir_of.items() if d == log_dir), None)
+                if any_key is None:
+                    self.offline_dirs[log_dir] = f"checkpoint failed: {exc}"
+                else:
+                    self.fail_dir_of(*any_key, f"checkpoint failed: {exc}")
 
     def _write_checkpoints(self, log_dir: Path) -> None:
         logs = {tp: log for tp, log in self.logs.items() if self._dir_of.get(tp) == log_dir}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import struct
+import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from broker.protocol.records import (
 )
 
 from .config import LogConfig
+from .errors import LogDirFailure
 from .indexes import IndexCorrupt, OffsetIndex, TimeIndex
 
 __all__ = ["FileSlice", "LogSegment", "PinnedSlice", "segment_file_name"]
@@ -152,8 +154,16 @@ class LogSegment:
         if self.max_timestamp < 0:
             self.offset_of_max_timestamp = self.base_offset
         self.next_offset = self.base_offset
-        for position, header in self._scan_headers(self.offset_index.last_position):
+        # The tail after the last index entry is read whole and checked even after a clean
+        # shutdown: a batch torn by a full disk must never be counted, whatever the marker says.
+        tail = self._scan_valid(self.offset_index.last_position)
+        end = self.offset_index.last_position
+        for position, header in tail:
             self._observe(position, header, index=False)
+            end = position + header.size
+        if end != self.size:
+            self.recover()
+            return
         if self.size:
             first = read_batch_header(os.pread(self.fd, BATCH_HEADER_SIZE, 0))
             self.first_batch_timestamp = first.max_timestamp
@@ -190,9 +200,10 @@ class LogSegment:
             yield position, header
             position += header.size
 
-    def _scan_valid(self) -> Iterator[tuple[int, BatchHeader]]:
-        """Batches from the start of the file until the first torn, corrupt or out-of-order one."""
-        position = 0
+    def _scan_valid(self, start: int = 0) -> Iterator[tuple[int, BatchHeader]]:
+        """Batches from `start` (a batch boundary) until the first torn, corrupt or
+        out-of-order one."""
+        position = start
         expected = self.base_offset
         while position + BATCH_HEADER_SIZE <= self.size:
             (_, length, _) = _PREFIX.unpack(os.pread(self.fd, _PREFIX.size, position))
@@ -254,10 +265,15 @@ class LogSegment:
             buffers.append(data[position + len(prefix) : position + size])
             expected += size
         written = 0
-        for start in range(0, len(buffers), _IOV_MAX):
-            written += os.pwritev(self.fd, buffers[start : start + _IOV_MAX], self.size + written)
+        try:
+            for start in range(0, len(buffers), _IOV_MAX):
+                written += os.pwritev(
+                    self.fd, buffers[start : start + _IOV_MAX], self.size + written
+                )
+        except OSError as exc:
+            self._undo_write(f"{exc.strerror or exc} after {written} of {expected} bytes")
         if written != expected:
-            raise OSError(f"short write to {self.log_path}: {written} of {expected} bytes")
+            self._undo_write(f"short write: {written} of {expected} bytes")
         position = self.size
         for _, header in batches:
             self._observe(position, header, index=True)
@@ -269,11 +285,24 @@ class LogSegment:
     ) -> None:
         """`append` for a single batch that is the whole of `data` (what producers send)."""
         position = self.size
-        written = os.pwritev(self.fd, (prefix, data[len(prefix) :]), position)
+        try:
+            written = os.pwritev(self.fd, (prefix, data[len(prefix) :]), position)
+        except OSError as exc:
+            self._undo_write(f"{exc.strerror or exc} writing {size} bytes")
         if written != size:
-            raise OSError(f"short write to {self.log_path}: {written} of {size} bytes")
+            self._undo_write(f"short write: {written} of {size} bytes")
         self._account(position, size, max_timestamp, last_offset, index=True)
         self.size = position + size
+
+    def _undo_write(self, what: str) -> typing.NoReturn:
+        """Cut the file back to its last whole batch after a failed write (a full disk writes
+        part of a batch), so that no torn batch is ever left behind, then raise."""
+        try:
+            os.ftruncate(self.fd, self.size)
+            cut = "the partial write was cut off"
+        except OSError as exc:
+            cut = f"the partial write could not be cut off ({exc}); recovery will"
+        raise LogDirFailure(f"append to {self.log_path} failed ({what}); {cut}")
 
     def update_config(self, config: LogConfig) -> None:
         """New topic settings (`Log.update_config`): they govern this segment's roll and index
@@ -281,19 +310,23 @@ class LogSegment:
         self.config = config
         self._max_segment_ms = config.max_segment_ms
 
-    def should_roll(self, incoming_bytes: int, now_ms: int) -> bool:
+    def should_roll(self, incoming_bytes: int, now_ms: int, incoming_max_timestamp: int) -> bool:
+        """Kafka's `LogSegment.shouldRoll`. Time is measured as Kafka measures it: from the
+        segment's first batch timestamp to the incoming batches' max timestamp, so records
+        produced with an old CreateTime do not roll a segment per batch; only a segment
+        without timestamps falls back to wall-clock time since it was created."""
         if self.size == 0:
             return False
         if self.size + incoming_bytes > self.config.segment_bytes:
             return True
         if self.offset_index.is_full:
             return True
-        rolling_timestamp = (
-            self.first_batch_timestamp
-            if self.first_batch_timestamp is not None and self.first_batch_timestamp >= 0
-            else self.created_ms
-        )
-        return now_ms - rolling_timestamp > self._max_segment_ms
+        first = self.first_batch_timestamp
+        if first is not None and first >= 0:
+            waited = incoming_max_timestamp - first
+        else:
+            waited = now_ms - self.created_ms
+        return waited > self._max_segment_ms
 
     # -- reading ---------------------------------------------------------------------------
 

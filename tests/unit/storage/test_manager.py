@@ -121,7 +121,7 @@ def test_retention_renames_then_removes_after_the_delete_delay(tmp_path: Path) -
     config = LogConfig(
         segment_bytes=2048, retention_ms=10_000, file_delete_delay_ms=1_000, index_interval_bytes=1
     )
-    manager = LogManager([tmp_path], config)
+    manager = LogManager([tmp_path], config, retention_check_interval_ms=15_000)
     manager.startup(now_ms=0)
     log = manager.create_log("t", 0, now_ms=0)
     for i in range(12):
@@ -129,6 +129,9 @@ def test_retention_renames_then_removes_after_the_delete_delay(tmp_path: Path) -
     segments_before = len(log.segments)
     assert segments_before > 2
 
+    # Past retention.ms, but retention runs every log.retention.check.interval.ms only.
+    manager.tick(now_ms=14_999)
+    assert len(log.segments) == segments_before
     manager.tick(now_ms=20_000)
     assert len(log.segments) == 1
     deleted = sorted(p.name for p in (tmp_path / "t-0").glob("*.deleted"))

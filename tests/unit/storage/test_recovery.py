@@ -90,6 +90,30 @@ def test_garbage_after_the_last_batch_is_cut_and_nothing_else(
     log.close(now_ms=2)
 
 
+@pytest.mark.parametrize("garbage", GARBAGE.values(), ids=GARBAGE.keys())
+def test_a_torn_tail_is_cut_even_after_a_clean_shutdown(
+    open_log: LogOpener, garbage: bytes
+) -> None:
+    """A full disk used to leave part of a batch behind while the node still wrote its
+    clean-shutdown marker; the next start trusted the marker and counted the torn batch, so the
+    log end offset jumped past records that could never be fetched. The tail after the last
+    index entry is always checked."""
+    log = open_log()
+    fill(log, 4)
+    stored = consume(log)
+    log.close(now_ms=1)
+    with open(open_log.directory / FIRST_LOG, "ab") as out:
+        out.write(garbage)
+
+    log = open_log(clean_shutdown=True)
+    assert log.log_end_offset == 12
+    assert consume(log) == stored
+    assert (open_log.directory / FIRST_LOG).stat().st_size == sum(len(b) for b in stored)
+    log.append_as_leader(batch(1), leader_epoch=0, now_ms=2)
+    assert offsets_of(log) == list(range(13))
+    log.close(now_ms=3)
+
+
 # Bytes of a batch to corrupt (see broker.protocol.records for the layout).
 CORRUPTIONS = {
     "length": 8,

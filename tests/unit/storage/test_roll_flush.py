@@ -47,6 +47,26 @@ def test_segment_ms_rolls_on_the_age_of_the_first_batch(open_log: LogOpener) -> 
     log.close(now_ms=51_002)
 
 
+def test_records_with_an_old_create_time_do_not_roll_a_segment_each(
+    open_log: LogOpener,
+) -> None:
+    """Kafka measures `segment.ms` from the first batch's timestamp to the incoming batch's,
+    not to the wall clock: two-day-old CreateTimes used to roll one segment per batch (and
+    each segment costs a file descriptor) until the node ran out of them."""
+    day_ms = 86_400_000
+    now_ms = 10 * day_ms
+    log = open_log(LogConfig(segment_ms=3_600_000), now_ms=now_ms)
+    for i in range(50):
+        created = now_ms - 2 * day_ms + i * 1_000
+        log.append_as_leader(batch(timestamp=created), leader_epoch=0, now_ms=now_ms + i)
+    assert len(log.segments) == 1
+    # Their own timestamps move past segment.ms: now it rolls.
+    late = now_ms - 2 * day_ms + 3_600_001
+    log.append_as_leader(batch(timestamp=late), leader_epoch=0, now_ms=now_ms + 60)
+    assert [s.base_offset for s in log.segments] == [0, 150]
+    log.close(now_ms=now_ms + 61)
+
+
 def test_without_timestamps_a_segment_ages_from_its_creation(open_log: LogOpener) -> None:
     log = open_log(LogConfig(segment_ms=1_000), now_ms=5_000)
     log.append_as_leader(batch(timestamp=-1), leader_epoch=0, now_ms=5_000)
@@ -132,3 +152,32 @@ def test_by_default_only_a_roll_or_a_flush_moves_the_recovery_point(
     assert log.recovery_point == 33
     assert len(consume(log)) == 11
     log.close(now_ms=1)
+
+
+def _open_files_under(directory: Path) -> list[str]:
+    here = str(directory)
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(here):
+            found.append(target)
+    return found
+
+
+def test_a_segment_holds_one_file_descriptor_as_in_kafka(open_log: LogOpener) -> None:
+    """Kafka keeps each segment's `.log` open and maps its indexes without a descriptor: a node
+    with thousands of partitions must not need three descriptors per segment."""
+    log = open_log()
+    fill(log, 40)
+    assert len(log.segments) > 3
+    opened = _open_files_under(open_log.directory)
+    assert sorted(opened) == sorted(str(s.log_path) for s in log.segments)
+    log.close(now_ms=1)
+    # And a reopened log, indexes read back from their files, holds no more.
+    again = open_log()
+    assert len(_open_files_under(open_log.directory)) == len(again.segments)
+    assert offsets_of(again) == list(range(120))
+    again.close(now_ms=2)
