@@ -20,6 +20,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import resource
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -110,6 +111,9 @@ class LogManager:
         self._last_producer_expiration_ms = 0
         self._first_dirty: dict[TopicPartition, int] = {}
         self._locked: set[Path] = set()
+        self._fd_estimate = len(os.listdir("/proc/self/fd"))
+        """Descriptors open in this process, give or take the ones opened since the last
+        count (see `_check_descriptors`)."""
         self.reserved_topics: frozenset[str] = frozenset({"__cluster_metadata"})
         """Partition dirs that are not this manager's to load (the metadata log's own)."""
 
@@ -178,6 +182,7 @@ class LogManager:
                 logger.error("partition %s-%d is offline: %s", *key, self.offline[key])
                 continue
             try:
+                self._check_descriptors()
                 log = Log(
                     child,
                     configs.get(key[0], self.default_config),
@@ -198,6 +203,7 @@ class LogManager:
                 continue
             self.logs[key] = log
             self._dir_of[key] = log_dir
+            self._fd_estimate += len(log.segments)
             if key in first_dirty:
                 self._first_dirty[key] = first_dirty[key]
         # The marker is only true for the start right after a clean stop.
@@ -263,6 +269,7 @@ class LogManager:
             if d in counts and tp in self.logs:
                 counts[d] += 1
         log_dir = min(online, key=lambda d: counts[d])
+        self._check_descriptors()
         log = Log(
             log_dir / f"{topic}-{partition}",
             config or self.default_config,
@@ -271,7 +278,28 @@ class LogManager:
         )
         self.logs[key] = log
         self._dir_of[key] = log_dir
+        self._fd_estimate += len(log.segments)
         return log
+
+    def _check_descriptors(self) -> None:
+        """Refuse to open another log when it would leave fewer than a tenth of the process's
+        descriptors (at least 64) for connections, imports and the metadata log: a partition
+        then stays offline, naming the limit to raise, instead of the whole node failing on
+        its next accept. Counted exactly (/proc/self/fd) only near the limit."""
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if limit == resource.RLIM_INFINITY:
+            return
+        reserve = max(64, limit // 10)
+        if self._fd_estimate + 2 * reserve < limit:
+            self._fd_estimate += 1
+            return
+        self._fd_estimate = len(os.listdir("/proc/self/fd"))
+        if self._fd_estimate + reserve >= limit:
+            raise StorageError(
+                f"out of file descriptors: {self._fd_estimate} of {limit} are open and "
+                f"{reserve} are kept for connections; raise the open-files limit "
+                "(ulimit -n, LimitNOFILE)"
+            )
 
     def delete_log(self, topic: str, partition: int, now_ms: int) -> None:
         """Take a partition away now and remove its files after `file.delete.delay.ms`."""

@@ -150,3 +150,23 @@ def test_a_full_disk_takes_its_log_dir_offline_and_loses_nothing(
         ]
         assert consumer_values == acked  # every acknowledged record, nothing torn or extra
         assert _send(node.bootstrap, "spread", on_small, 1) == [None]
+
+
+def test_running_out_of_file_descriptors_is_survived(tmp_path: Path) -> None:
+    """A node allowed 400 descriptors is asked for a topic of 1 000 partitions (each log costs
+    one): the topic is created, the partitions whose logs could not be opened are offline and
+    say why, the node keeps serving and starts again; given descriptors, every partition
+    serves. It used to leave the served metadata different from the committed log and never
+    start again."""
+    with run_node(tmp_path, open_files=400) as node:
+        create_topic(node.bootstrap, "kept", 1)
+        assert _send(node.bootstrap, "kept", 0, 2) == [None, None]
+        create_topic(node.bootstrap, "wide", 1_000)
+        assert "out of file descriptors" in node.log_tail(200_000)
+        assert _send(node.bootstrap, "wide", 999, 1) == [KafkaError.KAFKA_STORAGE_ERROR]
+        assert _send(node.bootstrap, "kept", 0, 1) == [None]
+    with run_node(tmp_path, open_files=400) as node:
+        assert len(read_all(node.bootstrap, "kept", 1, 3)) == 3
+    with run_node(tmp_path) as node:
+        assert _send(node.bootstrap, "wide", 999, 1) == [None]
+        assert _send(node.bootstrap, "wide", 0, 1) == [None]

@@ -58,7 +58,11 @@ class RunningNode:
         return self.process.wait(timeout=timeout)
 
 
-def start_node(tmp: Path, extra: dict[str, str] | None = None) -> RunningNode:
+def start_node(
+    tmp: Path, extra: dict[str, str] | None = None, *, open_files: int | None = None
+) -> RunningNode:
+    """Start `gregor broker` on `tmp`; `open_files` caps its file descriptors (soft and hard
+    RLIMIT_NOFILE), as a small container or systemd's LimitNOFILE would."""
     port = free_port()
     properties = {
         "process.roles": "broker,controller",
@@ -71,9 +75,13 @@ def start_node(tmp: Path, extra: dict[str, str] | None = None) -> RunningNode:
     } | (extra or {})
     config = tmp / "server.properties"
     config.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
+    command = [sys.executable, "-m", "broker.cli", "broker", "--config", str(config)]
+    if open_files is not None:
+        # util-linux's prlimit sets the limits and execs the broker (same process).
+        command = ["prlimit", f"--nofile={open_files}:{open_files}", "--", *command]
     with (tmp / "broker.log").open("a") as output:
         process = subprocess.Popen(
-            [sys.executable, "-m", "broker.cli", "broker", "--config", str(config)],
+            command,
             stdout=output,
             stderr=subprocess.STDOUT,
             text=True,
@@ -94,8 +102,10 @@ def start_node(tmp: Path, extra: dict[str, str] | None = None) -> RunningNode:
 
 
 @contextlib.contextmanager
-def run_node(tmp: Path, extra: dict[str, str] | None = None) -> Iterator[RunningNode]:
-    node = start_node(tmp, extra)
+def run_node(
+    tmp: Path, extra: dict[str, str] | None = None, *, open_files: int | None = None
+) -> Iterator[RunningNode]:
+    node = start_node(tmp, extra, open_files=open_files)
     try:
         yield node
     finally:
