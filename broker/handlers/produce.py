@@ -34,6 +34,7 @@ class Handler:
         for topic in request.topic_data:
             partitions = []
             for data in topic.partition_data:
+                record_errors: tuple[Any, ...] = ()
                 if acks not in (0, 1, -1):
                     error, message, info = ErrorCode.invalid_required_acks, None, None
                 elif topic.name in INTERNAL_TOPICS:
@@ -46,6 +47,15 @@ class Handler:
                 else:
                     result = self._replicas.append(topic.name, data.index, data.records, acks)
                     error, message, info = result.error, result.message, result.info
+                    # Per-record errors exist from v8 (KIP-467); older clients get the code.
+                    if result.batch_index is not None and version >= 8:
+                        record_errors = (
+                            build(
+                                schema.BatchIndexAndErrorMessage,
+                                batch_index=result.batch_index,
+                                batch_index_error_message=message,
+                            ),
+                        )
                 if error != ErrorCode.none:
                     failed.append(f"{topic.name}-{data.index}: {error.name}")
                 partitions.append(
@@ -56,7 +66,7 @@ class Handler:
                         base_offset=info.first_offset if info is not None else -1,
                         log_append_time=_append_time(info),
                         log_start_offset=info.log_start_offset if info is not None else -1,
-                        record_errors=(),
+                        record_errors=record_errors,
                         error_message=message,
                     )
                 )

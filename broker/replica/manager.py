@@ -31,6 +31,7 @@ from broker.storage import (
     CorruptRecordError,
     FileSlice,
     InvalidProducerEpoch,
+    InvalidRecord,
     InvalidTimestamp,
     Log,
     LogConfig,
@@ -85,6 +86,8 @@ class AppendResult:
     error: ErrorCode
     info: AppendInfo | None = None
     message: str | None = None
+    batch_index: int | None = None
+    """The record (by its index in the batch) an INVALID_RECORD is about, if one is."""
 
 
 AppendObserver = Callable[[str, AppendResult, int], None]
@@ -228,6 +231,10 @@ class ReplicaManager:
             )
         except CorruptRecordError as exc:
             return AppendResult(ErrorCode.corrupt_message, message=str(exc))
+        except InvalidRecord as exc:
+            return AppendResult(
+                ErrorCode.invalid_record, message=str(exc), batch_index=exc.batch_index
+            )
         except RecordTooLarge as exc:
             return AppendResult(ErrorCode.message_too_large, message=str(exc))
         except OutOfOrderSequence as exc:

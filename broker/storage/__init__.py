@@ -12,6 +12,7 @@ from .config import InvalidConfig, LogConfig
 from .errors import (
     CorruptRecordError,
     InvalidProducerEpoch,
+    InvalidRecord,
     InvalidTimestamp,
     LogDirFailure,
     LogOffline,
@@ -31,6 +32,7 @@ __all__ = [
     "FileSlice",
     "InvalidConfig",
     "InvalidProducerEpoch",
+    "InvalidRecord",
     "InvalidTimestamp",
     "Log",
     "LogConfig",

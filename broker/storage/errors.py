@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = [
     "CorruptRecordError",
     "InvalidProducerEpoch",
+    "InvalidRecord",
     "InvalidTimestamp",
     "LogDirFailure",
     "LogOffline",
@@ -22,6 +23,17 @@ class StorageError(Exception):
 
 class CorruptRecordError(StorageError):
     """A batch offered for append fails validation (CRC, magic, offsets): CORRUPT_MESSAGE."""
+
+
+class InvalidRecord(StorageError):
+    """A batch whose records break Kafka's rules for what a client may write (LogValidator): a
+    control batch, a keyless record on a compacted topic, a record count or structure that does
+    not match the batch, a producer id with a negative sequence: INVALID_RECORD (87).
+    `batch_index` is the record that broke a per-record rule, else None."""
+
+    def __init__(self, message: str, batch_index: int | None = None) -> None:
+        super().__init__(message)
+        self.batch_index = batch_index
 
 
 class InvalidTimestamp(StorageError):

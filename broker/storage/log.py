@@ -35,7 +35,7 @@ from .epochs import LeaderEpochCache
 from .errors import CorruptRecordError, OffsetOutOfRange, RecordTooLarge
 from .producer_state import PRODUCER_ID_EXPIRATION_MS, BatchMetadata, ProducerStateManager
 from .segments import DELETED_SUFFIX, FileSlice, LogSegment
-from .validation import check_max_timestamp, prepare
+from .validation import check_client_batch, check_max_timestamp, prepare
 
 __all__ = ["AppendInfo", "Log", "parse_partition_dir"]
 
@@ -205,8 +205,9 @@ class Log:
         assigned: list[tuple[int, BatchHeader]] = []
         prefixes: list[bytes] = []
         idempotent = False
+        compacted = self.config.compact
         for position, header in batches:
-            _check_record_count(position, header)
+            check_client_batch(view, position, header, compacted=compacted)
             check_max_timestamp(view, position, header, self.config, now_ms)
             count = header.last_offset_delta + 1
             prefixes.append(_PREFIX.pack(next_offset, header.batch_length, leader_epoch))
@@ -248,7 +249,7 @@ class Log:
         size = self._check(view, 0, header)
         if size > self.config.segment_bytes:
             raise RecordTooLarge(f"{size} bytes do not fit in segment.bytes")
-        _check_record_count(0, header)
+        check_client_batch(view, 0, header, compacted=self.config.compact)
         check_max_timestamp(view, 0, header, self.config, now_ms)
         segment = self.segments[-1]
         first_offset = segment.next_offset
@@ -589,15 +590,6 @@ class Log:
         return (
             f"Log({self.topic}-{self.partition}, start={self.log_start_offset}, "
             f"end={self.log_end_offset}, segments={len(self.segments)})"
-        )
-
-
-def _check_record_count(position: int, header: BatchHeader) -> None:
-    """A producer's batch holds records with offset deltas 0..n-1 (Kafka: INVALID_RECORD)."""
-    if header.records_count != header.last_offset_delta + 1:
-        raise CorruptRecordError(
-            f"batch at byte {position} has {header.records_count} records but last "
-            f"offset delta {header.last_offset_delta}"
         )
 
 

@@ -366,11 +366,19 @@ def test_admin_topics_partitions_configs_and_records(node: RunningNode) -> None:
         admin.create_partitions([NewPartitions(topic, 2)])[topic].result(10)
     assert decrease.value.args[0].code() == KafkaError.INVALID_PARTITIONS
 
-    # delete records moves the low watermark
+    # delete records moves the low watermark (keyed: the topic is compacted by now)
     producer = Producer({"bootstrap.servers": node.bootstrap, **QUIET})
+    delivered: list[KafkaError | None] = []
     for i in range(10):
-        producer.produce(topic, value=str(i).encode(), partition=0)
+        producer.produce(
+            topic,
+            key=b"k%d" % i,
+            value=str(i).encode(),
+            partition=0,
+            on_delivery=lambda error, _m: delivered.append(error),
+        )
     assert producer.flush(10) == 0
+    assert [e for e in delivered if e is not None] == []
     deleted = admin.delete_records([TopicPartition(topic, 0, 6)])
     result = next(iter(deleted.values())).result(10)
     assert result.low_watermark == 6

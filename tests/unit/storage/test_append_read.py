@@ -3,11 +3,20 @@ reading file slices back (max bytes, KIP-74's first whole batch, the high waterm
 
 from __future__ import annotations
 
+import struct
+
+import google_crc32c
 import pytest
 
 from broker.protocol import Codec
 from broker.protocol.records import Record, build_batch, validate_batch
-from broker.storage import CorruptRecordError, LogConfig, OffsetOutOfRange, RecordTooLarge
+from broker.storage import (
+    CorruptRecordError,
+    InvalidRecord,
+    LogConfig,
+    OffsetOutOfRange,
+    RecordTooLarge,
+)
 from broker.storage.errors import StorageError
 
 from .logs import (
@@ -123,12 +132,59 @@ def _truncated() -> bytes:
     return batch(3)[:-5]
 
 
+def _resigned(data: bytearray) -> bytes:
+    """The batch with its CRC recomputed after a deliberate change: a client that lies."""
+    struct.pack_into(">I", data, 17, google_crc32c.value(bytes(data[21:])))
+    return bytes(data)
+
+
+def _lying_count(count: int = 1_000_000) -> bytes:
+    """One record, a header claiming `count` (offset deltas to match), a valid CRC: the batch
+    that made kafka-python consumers fail with CorruptRecordError once stored."""
+    data = bytearray(batch(1))
+    struct.pack_into(">i", data, 23, count - 1)
+    struct.pack_into(">i", data, 57, count)
+    return _resigned(data)
+
+
+def _trailing_bytes() -> bytes:
+    """Three records and four bytes after them inside the batch, counted in its length."""
+    data = bytearray(batch(3) + b"\0\0\0\0")
+    struct.pack_into(">i", data, 8, len(data) - 12)
+    return _resigned(data)
+
+
+def _keyless(codec: Codec = Codec.NONE) -> bytes:
+    return build_batch([Record(0, 1_000, b"k", b"v"), Record(1, 1_000, None, b"v")], codec=codec)
+
+
+COMPACTED = LogConfig(cleanup_policy=frozenset({"compact"}))
+
+
 @pytest.mark.parametrize(
     ("config", "records", "error"),
     [
         pytest.param(SMALL, _bad_crc(), CorruptRecordError, id="bad-crc"),
         pytest.param(SMALL, batch() + _bad_crc(), CorruptRecordError, id="second-batch-bad-crc"),
-        pytest.param(SMALL, _count_mismatch(), CorruptRecordError, id="count-vs-delta"),
+        pytest.param(SMALL, _count_mismatch(), InvalidRecord, id="count-vs-delta"),
+        pytest.param(SMALL, _lying_count(), InvalidRecord, id="count-lies"),
+        pytest.param(SMALL, _trailing_bytes(), InvalidRecord, id="bytes-after-the-records"),
+        pytest.param(
+            SMALL,
+            build_batch([Record(0, 1_000, None, b"\0\0\0\0\0\0")], is_control=True),
+            InvalidRecord,
+            id="control-batch",
+        ),
+        pytest.param(
+            SMALL,
+            build_batch([Record(0, 1_000, b"k", b"v")], producer_id=7, producer_epoch=0),
+            InvalidRecord,
+            id="producer-id-without-sequence",
+        ),
+        pytest.param(COMPACTED, _keyless(), InvalidRecord, id="keyless-on-compacted"),
+        pytest.param(
+            COMPACTED, _keyless(Codec.ZSTD), InvalidRecord, id="keyless-on-compacted-zstd"
+        ),
         pytest.param(SMALL, batch() + _truncated(), CorruptRecordError, id="truncated"),
         pytest.param(SMALL, b"", CorruptRecordError, id="empty"),
         pytest.param(
@@ -157,6 +213,20 @@ def test_a_refused_leader_append_writes_nothing(
     assert file_sizes(log.directory) == before
     assert log.epochs.entries() == [(0, 0)]
     assert log.append_as_leader(batch(1), leader_epoch=0, now_ms=0).first_offset == 2
+    log.close(now_ms=1)
+
+
+def test_keyless_records_are_fine_where_nothing_is_compacted(open_log: LogOpener) -> None:
+    log = open_log(SMALL)
+    assert log.append_as_leader(_keyless(), leader_epoch=0, now_ms=0).record_count == 2
+    log.close(now_ms=1)
+
+
+def test_an_invalid_record_names_its_index(open_log: LogOpener) -> None:
+    log = open_log(COMPACTED)
+    with pytest.raises(InvalidRecord, match="without key") as refused:
+        log.append_as_leader(_keyless(), leader_epoch=0, now_ms=0)
+    assert refused.value.batch_index == 1
     log.close(now_ms=1)
 
 

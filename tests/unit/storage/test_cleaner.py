@@ -126,10 +126,14 @@ def append(
     transactional: bool = False,
     control: bool = False,
 ) -> int:
-    """Append one batch of (key, value) records as a leader; returns its base offset."""
-    records = [Record(i, timestamp, key, value) for i, (key, value) in enumerate(pairs)]
+    """Append one batch of (key, value) records; returns its base offset. Appended as a follower
+    (offsets assigned here): what the cleaner meets includes what no client may write itself
+    (keyless records from before a topic was compacted, transaction markers)."""
+    start = log.log_end_offset
+    records = [Record(start + i, timestamp, key, value) for i, (key, value) in enumerate(pairs)]
     data = build_batch(
         records,
+        partition_leader_epoch=0,
         codec=codec,
         producer_id=producer_id,
         producer_epoch=0 if producer_id >= 0 else -1,
@@ -137,7 +141,7 @@ def append(
         is_transactional=transactional,
         is_control=control,
     )
-    return log.append_as_leader(data, leader_epoch=0, now_ms=timestamp).first_offset
+    return log.append_as_follower(data, now_ms=timestamp).first_offset
 
 
 def consume(log: Log) -> tuple[list[Record], list[BatchHeader]]:

@@ -1,0 +1,151 @@
+"""What a real `gregor broker` refuses to store, as Kafka's LogValidator does, with real clients
+on the other end: keyless records on a compacted topic (the cleaner would delete them after
+they were acknowledged), a batch whose header claims records it does not hold (kafka-python
+consumers then failed on it with CorruptRecordError), and control batches from a client (they
+moved the producer's epoch). Lying batches are sent by hand (`tests.support.wire`): no client
+library writes them."""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import google_crc32c
+import pytest
+from confluent_kafka import KafkaError, Producer
+
+from broker.protocol import ApiKey, ErrorCode, build, request_type
+from broker.protocol.messages import request_module
+from broker.protocol.records import Record, build_batch
+from tests.integration.clients import QUIET, create_topic, read_all
+from tests.support.nodes import RunningNode, run_node
+from tests.support.wire import call
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:read_text is deprecated:DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:open_text is deprecated:DeprecationWarning"),
+]
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningNode]:
+    with run_node(tmp_path_factory.mktemp("validation")) as running:
+        yield running
+
+
+def _produce(port: int, topic: str, batch: bytes) -> Any:
+    schema = request_module(ApiKey.PRODUCE, 9)
+    body = build(
+        schema.ProduceRequest,
+        transactional_id=None,
+        acks=-1,
+        timeout=timedelta(seconds=10),
+        topic_data=(
+            build(
+                schema.TopicProduceData,
+                name=topic,
+                partition_data=(build(schema.PartitionProduceData, index=0, records=batch),),
+            ),
+        ),
+    )
+    return call(("localhost", port), ApiKey.PRODUCE, 9, body).responses[0].partition_responses[0]
+
+
+def _now() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def test_keyless_records_on_a_compacted_topic_are_refused(node: RunningNode) -> None:
+    create_topic(node.bootstrap, "profiles", 1, **{"cleanup.policy": "compact"})
+    errors: list[KafkaError | None] = []
+    producer = Producer({"bootstrap.servers": node.bootstrap, "linger.ms": 0, **QUIET})
+    producer.produce(
+        "profiles", key=b"alice", value=b"v1", on_delivery=lambda e, _: errors.append(e)
+    )
+    producer.flush(20)  # one batch each: a batch holding a keyless record is refused whole
+    producer.produce("profiles", value=b"no key", on_delivery=lambda e, _: errors.append(e))
+    producer.flush(20)
+    assert errors[0] is None
+    assert errors[1] is not None
+    assert errors[1].code() == KafkaError.INVALID_RECORD, errors[1]
+    assert [m.key() for m in read_all(node.bootstrap, "profiles", 1, 1)] == [b"alice"]
+
+
+def test_a_batch_claiming_records_it_does_not_hold_is_refused(node: RunningNode) -> None:
+    from kafka import KafkaConsumer, TopicPartition  # noqa: PLC0415 - warns on import
+
+    create_topic(node.bootstrap, "counted", 1)
+    data = bytearray(build_batch([Record(0, _now(), b"k", b"only one")]))
+    struct.pack_into(">i", data, 23, 999_999)  # last offset delta
+    struct.pack_into(">i", data, 57, 1_000_000)  # records count
+    struct.pack_into(">I", data, 17, google_crc32c.value(bytes(data[21:])))  # a valid CRC
+    refused = _produce(node.port, "counted", bytes(data))
+    assert refused.error_code == ErrorCode.invalid_record
+    assert "declared" in refused.error_message
+    honest = _produce(node.port, "counted", build_batch([Record(0, _now(), b"k", b"v")]))
+    assert (honest.error_code, honest.base_offset) == (ErrorCode.none, 0)
+
+    consumer = KafkaConsumer(bootstrap_servers=node.bootstrap, consumer_timeout_ms=5_000)
+    try:
+        partition = TopicPartition("counted", 0)
+        consumer.assign([partition])
+        consumer.seek_to_beginning(partition)
+        assert [(m.offset, m.value) for m in consumer] == [(0, b"v")]
+    finally:
+        consumer.close()
+
+
+def _init_producer_id(port: int) -> tuple[int, int]:
+    body = build(
+        request_type(ApiKey.INIT_PRODUCER_ID, 4),
+        transactional_id=None,
+        transaction_timeout=timedelta(seconds=60),
+        producer_id=-1,
+        producer_epoch=-1,
+    )
+    response = call(("localhost", port), ApiKey.INIT_PRODUCER_ID, 4, body)
+    return int(response.producer_id), int(response.producer_epoch)
+
+
+def test_a_client_cannot_write_control_batches(node: RunningNode, tmp_path: Path) -> None:
+    create_topic(node.bootstrap, "controlled", 1)
+    producer_id, epoch = _init_producer_id(node.port)
+    first = _produce(
+        node.port,
+        "controlled",
+        build_batch(
+            [Record(0, _now(), b"k", b"v")],
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            base_sequence=0,
+        ),
+    )
+    assert first.error_code == ErrorCode.none
+    # An abort marker at a later epoch, written by the client itself.
+    marker = build_batch(
+        [Record(0, _now(), b"\0\0\0\0", b"\0\0\0\0\0\0")],
+        producer_id=producer_id,
+        producer_epoch=epoch + 5,
+        is_control=True,
+        is_transactional=True,
+    )
+    refused = _produce(node.port, "controlled", marker)
+    assert refused.error_code == ErrorCode.invalid_record
+    assert refused.error_message == "Clients are not allowed to write control records"
+    # The producer's epoch did not move: it goes on writing.
+    following = _produce(
+        node.port,
+        "controlled",
+        build_batch(
+            [Record(0, _now(), b"k", b"w")],
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            base_sequence=1,
+        ),
+    )
+    assert (following.error_code, following.base_offset) == (ErrorCode.none, 1)
+    assert len(read_all(node.bootstrap, "controlled", 1, 2)) == 2
