@@ -8,7 +8,7 @@ from typing import Any
 from broker.protocol import ApiKey, ErrorCode, ResponseBody, build, response_module
 from broker.server import RequestContext
 
-from .context import AUTHORIZED_OPERATIONS_OMITTED, NO_THROTTLE, NodeState
+from .context import AUTHORIZED_OPERATIONS_OMITTED, CLUSTER_OPERATIONS, NO_THROTTLE, NodeState
 from .metadata import live_brokers
 
 __all__ = ["DeleteRecords", "DescribeCluster", "DescribeLogDirs"]
@@ -47,7 +47,9 @@ class DescribeCluster:
             cluster_id=self._state.cluster_id,
             controller_id=self._state.node_id,
             brokers=brokers,
-            cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+            cluster_authorized_operations=CLUSTER_OPERATIONS
+            if getattr(request, "include_cluster_authorized_operations", False)
+            else AUTHORIZED_OPERATIONS_OMITTED,
         )
         return response
 

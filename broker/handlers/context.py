@@ -17,8 +17,10 @@ from broker.replica import ReplicaManager
 
 __all__ = [
     "AUTHORIZED_OPERATIONS_OMITTED",
+    "CLUSTER_OPERATIONS",
     "NO_THROTTLE",
     "OFFSETS_TOPIC",
+    "TOPIC_OPERATIONS",
     "Endpoint",
     "NodeState",
     "wall_clock_ms",
@@ -29,6 +31,19 @@ NO_THROTTLE = timedelta(0)
 
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 """`*_authorized_operations` when the client did not ask for them (Kafka's INT32_MIN)."""
+
+
+def _operations(*codes: int) -> int:
+    return sum(1 << code for code in codes)
+
+
+# Kafka's AclOperation codes: READ 3, WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8,
+# CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12.
+TOPIC_OPERATIONS = _operations(3, 4, 5, 6, 7, 8, 10, 11)
+"""Every operation on a topic (Kafka's `AclEntry.supportedOperations(TOPIC)`): all allowed, as
+on a Kafka broker without an authorizer, which admin UIs read to enable their buttons."""
+CLUSTER_OPERATIONS = _operations(5, 7, 8, 9, 10, 11, 12)
+"""Every operation on the cluster, likewise."""
 
 OFFSETS_TOPIC = "__consumer_offsets"
 OFFSETS_TOPIC_SEGMENT_BYTES = 104_857_600

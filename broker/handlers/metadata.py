@@ -16,7 +16,13 @@ from broker.metadata.image import is_internal_topic
 from broker.protocol import ApiKey, ErrorCode, RequestBody, ResponseBody, build, response_module
 from broker.server import RequestContext
 
-from .context import AUTHORIZED_OPERATIONS_OMITTED, NO_THROTTLE, NodeState
+from .context import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    CLUSTER_OPERATIONS,
+    NO_THROTTLE,
+    TOPIC_OPERATIONS,
+    NodeState,
+)
 
 __all__ = ["Handler", "error_response", "live_brokers"]
 
@@ -45,8 +51,13 @@ class Handler:
             for i, h, p, r in live_brokers(state, context.listener)
         )
         requested = request.topics
+        operations = (
+            TOPIC_OPERATIONS
+            if getattr(request, "include_topic_authorized_operations", False)
+            else AUTHORIZED_OPERATIONS_OMITTED
+        )
         if requested is None or (version == 0 and not requested):
-            topics = [self._describe(schema, t) for t in image.topics.values()]
+            topics = [self._describe(schema, t, operations) for t in image.topics.values()]
         else:
             await self._auto_create(request, version)
             topics = []
@@ -57,7 +68,7 @@ class Handler:
                 if name is None and topic_id is not None:
                     topic = image.topics_by_id.get(topic_id)
                 if topic is not None:
-                    topics.append(self._describe(schema, topic))
+                    topics.append(self._describe(schema, topic, operations))
                     continue
                 error = ErrorCode.unknown_topic_or_partition
                 if name is None:
@@ -82,7 +93,9 @@ class Handler:
             cluster_id=state.cluster_id,
             controller_id=state.node_id,
             topics=tuple(topics),
-            cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+            cluster_authorized_operations=CLUSTER_OPERATIONS
+            if getattr(request, "include_cluster_authorized_operations", False)
+            else AUTHORIZED_OPERATIONS_OMITTED,
         )
         return response
 
@@ -103,7 +116,7 @@ class Handler:
         if missing:
             await state.metadata.propose(lambda controller: controller.create_topics(missing))
 
-    def _describe(self, schema: Any, topic: TopicState) -> Any:
+    def _describe(self, schema: Any, topic: TopicState, operations: int) -> Any:
         partitions = tuple(
             build(
                 schema.MetadataResponsePartition,
@@ -124,7 +137,7 @@ class Handler:
             topic_id=topic.topic_id,
             is_internal=topic.internal,
             partitions=partitions,
-            topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+            topic_authorized_operations=operations,
         )
 
 

@@ -424,7 +424,7 @@ class QuorumController:
                 return [], Outcome(
                     ErrorCode.invalid_config, f"Unknown topic config name: {op.name}"
                 )
-            outcome = _apply_op(updated, op)
+            outcome = _apply_op(updated, op, _default_of(resource_type, op.name))
             if outcome is not None:
                 return [], outcome
         # A broker-level default is held to the rules of the topic config it is the default of.
@@ -469,7 +469,17 @@ def _within(records: int, budget: int) -> None:
         )
 
 
-def _apply_op(configs: dict[str, str], op: ConfigOp) -> Outcome | None:
+def _default_of(resource_type: int, name: str) -> str:
+    """What APPEND and SUBTRACT start from when the resource does not set `name`: Kafka's
+    default for it (as Kafka's ConfigurationControlManager does), not nothing."""
+    if resource_type == TOPIC_RESOURCE:
+        definition = TOPIC_CONFIGS.get(name)
+    else:
+        definition = TOPIC_CONFIGS.get(_TOPIC_NAME_OF.get(name, ""))
+    return "" if definition is None else definition.default
+
+
+def _apply_op(configs: dict[str, str], op: ConfigOp, default: str) -> Outcome | None:
     if op.op == 0:
         if op.value is None:
             return Outcome(ErrorCode.invalid_request, f"Null value not supported for {op.name}")
@@ -482,7 +492,9 @@ def _apply_op(configs: dict[str, str], op: ConfigOp) -> Outcome | None:
                 ErrorCode.invalid_config,
                 f"Config value append is not allowed for config key: {op.name}",
             )
-        items = [v for v in configs.get(op.name, "").split(",") if v]
+        # A list not set here starts from its default: APPEND compact to a topic without a
+        # cleanup.policy gives delete,compact, as in Kafka, not compact alone.
+        items = [v.strip() for v in configs.get(op.name, default).split(",") if v.strip()]
         given = [v for v in (op.value or "").split(",") if v]
         if op.op == 2:
             items.extend(v for v in given if v not in items)

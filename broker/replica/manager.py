@@ -337,17 +337,10 @@ class ReplicaManager:
         if timestamp == LATEST_TIMESTAMP:
             return OffsetResult(ErrorCode.none, high_watermark, -1, partition.leader_epoch)
         if timestamp == MAX_TIMESTAMP:
-            best: tuple[int, int] | None = None
-            for _, _, header in log_.batches(log_.log_start_offset):
-                if header.base_offset >= high_watermark:
-                    break
-                if best is None or header.max_timestamp > best[1]:
-                    best = (header.base_offset + header.last_offset_delta, header.max_timestamp)
-            if best is None:
+            best = log_.max_timestamp_record()
+            if best is None or best[0] >= high_watermark:
                 return OffsetResult(ErrorCode.none)
-            return OffsetResult(
-                ErrorCode.none, best[0], best[1], log_.epochs.epoch_for_offset(best[0])
-            )
+            return OffsetResult(ErrorCode.none, *best)
         if timestamp < 0:
             return OffsetResult(ErrorCode.unsupported_version)
         found_offset = log_.offset_for_timestamp(timestamp)

@@ -176,9 +176,11 @@ def _one_of(*allowed: str) -> Callable[[str, str], str]:
 
 
 def _policy(key: str, raw: str) -> frozenset[str]:
+    """Kafka's list of `delete` and `compact`. Empty is allowed, as Kafka allows it (what a
+    SUBTRACT of the last policy leaves): segments are then neither deleted nor compacted."""
     values = frozenset(part.strip() for part in raw.split(",") if part.strip())
-    if not values or not values <= {"delete", "compact"}:
-        raise InvalidConfig(key, raw, "must be delete, compact, or compact,delete")
+    if not values <= {"delete", "compact"}:
+        raise InvalidConfig(key, raw, "must be delete, compact, both, or empty")
     return values
 
 

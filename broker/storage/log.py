@@ -455,6 +455,17 @@ class Log:
                 return offset, record_timestamp, self.epochs.epoch_for_offset(offset)
         return None
 
+    def max_timestamp_record(self) -> tuple[int, int, int] | None:
+        """(offset, timestamp, leader epoch) of the first record with the log's largest
+        timestamp (ListOffsets MAX_TIMESTAMP, KIP-734): the segment from each segment's
+        bookkeeping, then one batch read, never a scan of the log."""
+        best = max(self.segments, key=lambda segment: segment.max_timestamp)
+        found = best.max_timestamp_record()
+        if found is None or found[0] < self.log_start_offset:
+            return None
+        offset, timestamp = found
+        return offset, timestamp, self.epochs.epoch_for_offset(offset)
+
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         return self.epochs.end_offset_for(epoch, self.log_end_offset)
 

@@ -380,6 +380,22 @@ class LogSegment:
                     return record.offset, record.timestamp
         return None
 
+    def max_timestamp_record(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record carrying this segment's largest timestamp:
+        the batch comes from the segment's bookkeeping, the record from that batch alone
+        (Kafka's `offsetOfMaxTimestamp`, KAFKA-16310: the record, not the batch's last
+        offset)."""
+        if self.max_timestamp < 0:
+            return None
+        found = self.find_batch(self.offset_of_max_timestamp)
+        if found is None:
+            return None
+        position, header = found
+        for record in iter_records(os.pread(self.fd, header.size, position)):
+            if record.timestamp == header.max_timestamp:
+                return record.offset, record.timestamp
+        return header.last_offset, header.max_timestamp
+
     def batches(self, start_position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
         """Every batch header from a position on (compaction, audits, tests)."""
         return self._scan_headers(start_position)

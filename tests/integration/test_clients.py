@@ -16,6 +16,7 @@ from confluent_kafka import (
     KafkaError,
     KafkaException,
     Producer,
+    TopicCollection,
     TopicPartition,
 )
 from confluent_kafka.admin._config import (
@@ -24,6 +25,7 @@ from confluent_kafka.admin._config import (
     ConfigResource,
     ConfigSource,
 )
+from confluent_kafka.admin._listoffsets import OffsetSpec
 from confluent_kafka.cimpl import NewPartitions, NewTopic
 
 from broker.protocol import ApiKey, Codec
@@ -226,6 +228,38 @@ def test_a_transactional_producer_fails_at_once_with_a_fatal_error(node: Running
     assert error.fatal() or not error.retriable(), error
 
 
+def test_authorized_operations_are_all_reported_as_kafka_does_without_an_authorizer(
+    node: RunningNode,
+) -> None:
+    """Admin UIs ask which operations they may offer; Kafka without an authorizer answers
+    every one. They used to come back as "not asked for" (INT32_MIN), i.e. none."""
+    create_topic(node.bootstrap, "operated", 1)
+    admin = admin_client(node.bootstrap)
+    cluster = admin.describe_cluster(include_authorized_operations=True).result(10)
+    assert {op.name for op in cluster.authorized_operations} == {
+        "CREATE",
+        "ALTER",
+        "DESCRIBE",
+        "CLUSTER_ACTION",
+        "DESCRIBE_CONFIGS",
+        "ALTER_CONFIGS",
+        "IDEMPOTENT_WRITE",
+    }
+    described = admin.describe_topics(
+        TopicCollection(["operated"]), include_authorized_operations=True
+    )["operated"].result(10)
+    assert {op.name for op in described.authorized_operations} == {
+        "READ",
+        "WRITE",
+        "CREATE",
+        "DELETE",
+        "ALTER",
+        "DESCRIBE",
+        "DESCRIBE_CONFIGS",
+        "ALTER_CONFIGS",
+    }
+
+
 # -- timestamps -------------------------------------------------------------------------------
 
 
@@ -249,6 +283,23 @@ def test_records_with_an_old_create_time_are_readable_after_they_are_acknowledge
     assert [m.value() for m in got] == [b"old%d" % i for i in range(20)]
     segments = list((Path(node.config.parent) / "logs" / f"{topic}-0").glob("*.log"))
     assert len(segments) == 1
+
+
+def test_list_offsets_max_timestamp_names_the_record_that_carries_it(node: RunningNode) -> None:
+    """Kafka's AdminClient.listOffsets(OffsetSpec.maxTimestamp()): the record with the largest
+    timestamp, not the last offset of its batch (KAFKA-16310)."""
+    topic = "max-timestamp"
+    create_topic(node.bootstrap, topic, partitions=1)
+    base = 1_700_000_000_000
+    producer = Producer({"bootstrap.servers": node.bootstrap, "linger.ms": 100, **QUIET})
+    for delta in (0, 9_000, 3_000, 1_000):  # one batch: the largest is its second record
+        producer.produce(topic, value=b"x", partition=0, timestamp=base + delta)
+    assert producer.flush(10) == 0
+    admin = admin_client(node.bootstrap)
+    partition = TopicPartition(topic, 0)
+    spec = OffsetSpec.max_timestamp()  # type: ignore[no-untyped-call]
+    found = admin.list_offsets({partition: spec})[partition].result(10)
+    assert (found.offset, found.timestamp) == (1, base + 9_000)
 
 
 def test_seek_by_timestamp(node: RunningNode) -> None:

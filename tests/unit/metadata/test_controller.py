@@ -289,3 +289,23 @@ def test_an_operation_over_ten_thousand_records_is_refused_whole() -> None:
     records, deleted = controller.delete_topics(names)
     assert records == []
     assert {outcome.error for _, _, outcome in deleted} == {ErrorCode.policy_violation}
+
+
+def test_append_and_subtract_start_from_the_default_of_a_list_not_set() -> None:
+    """Kafka's rule: APPEND compact to a topic that never set cleanup.policy gives
+    delete,compact (time retention stays on), and SUBTRACT delete leaves an empty policy."""
+    image = _image()
+    controller = _controller(image)
+    _commit(image, controller.create_topics([TopicRequest("a"), TopicRequest("b")])[0])
+    records, outcome = controller.alter_configs(
+        TOPIC_RESOURCE, "a", [ConfigOp("cleanup.policy", 2, "compact")], replace=False
+    )
+    assert outcome.error == ErrorCode.none
+    _commit(image, records)
+    assert image.topic_config("a")["cleanup.policy"] == "delete,compact"
+    records, outcome = controller.alter_configs(
+        TOPIC_RESOURCE, "b", [ConfigOp("cleanup.policy", 3, "delete")], replace=False
+    )
+    assert outcome.error == ErrorCode.none, outcome.message
+    _commit(image, records)
+    assert image.topic_config("b")["cleanup.policy"] == ""

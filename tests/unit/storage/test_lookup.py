@@ -94,6 +94,22 @@ def _epochs_1_3_4(open_log: LogOpener) -> Log:
     return log
 
 
+@pytest.mark.parametrize("codec", [Codec.NONE, Codec.ZSTD], ids=["plain", "zstd"])
+def test_the_max_timestamp_is_the_record_that_carries_it(open_log: LogOpener, codec: Codec) -> None:
+    """ListOffsets MAX_TIMESTAMP answers the record with the largest timestamp, not its
+    batch's last offset (KAFKA-16310), and the earliest such record across segments."""
+    log = open_log(LogConfig(segment_bytes=300, index_interval_bytes=1))
+    log.append_as_leader(batch(timestamps=[5, 9, 7], codec=codec), leader_epoch=0, now_ms=0)
+    log.roll(now_ms=0)
+    log.append_as_leader(batch(timestamps=[8, 8], codec=codec), leader_epoch=1, now_ms=0)
+    log.append_as_leader(batch(timestamps=[9, 3], codec=codec), leader_epoch=2, now_ms=0)
+    assert len(log.segments) >= 2
+    assert log.max_timestamp_record() == (1, 9, 0)
+    log.append_as_leader(batch(timestamps=[1, 12, 12], codec=codec), leader_epoch=2, now_ms=0)
+    assert log.max_timestamp_record() == (8, 12, 2)
+    log.close(now_ms=1)
+
+
 def test_end_offset_for_epoch_follows_kafkas_rules(open_log: LogOpener) -> None:
     log = _epochs_1_3_4(open_log)
     assert log.end_offset_for_epoch(4) == (4, 12)  # the latest epoch ends at the log end
