@@ -189,6 +189,14 @@ class BrokerConfig:
     """`log.retention.check.interval.ms`: how often segments past `retention.ms` or
     `retention.bytes` are deleted (Kafka's 5 minutes: records with an old CreateTime are not
     deleted the second after they were acknowledged)."""
+    log_cleaner_enable: bool = True
+    """`log.cleaner.enable`: compact the logs of compacted topics (off: they only grow)."""
+    log_cleaner_backoff_ms: int = 15_000
+    """`log.cleaner.backoff.ms`: the pause between compaction rounds."""
+    log_cleaner_dedupe_buffer_size: int = 134_217_728
+    """`log.cleaner.dedupe.buffer.size`: the memory one round's offset map may take (128 MiB,
+    about a million keys); a log with more distinct keys in its dirty range is cleaned over
+    several rounds."""
     metrics_listener: tuple[str, int] | None = None
     """`gregor.metrics.listener` (Gregor's own name, so it cannot clash with Kafka's): host and
     port of the Prometheus endpoint, written `http://0.0.0.0:9404` (the port Strimzi reserves
@@ -315,6 +323,9 @@ _BROKER: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "offset.metadata.max.bytes": ("offset_metadata_max_bytes", _int(0)),
     "producer.id.expiration.ms": ("producer_id_expiration_ms", _int(1)),
     "log.retention.check.interval.ms": ("log_retention_check_interval_ms", _int(1)),
+    "log.cleaner.enable": ("log_cleaner_enable", _bool),
+    "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", _int(0)),
+    "log.cleaner.dedupe.buffer.size": ("log_cleaner_dedupe_buffer_size", _int(1)),
     "gregor.metrics.listener": ("metrics_listener", _http_listener),
 }
 

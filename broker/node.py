@@ -15,6 +15,7 @@ import signal
 import uuid
 from pathlib import Path
 
+from broker.compaction import run_cleaner
 from broker.config import BrokerConfig
 from broker.groups.api import GroupConfig
 from broker.groups.persistence import LogGroupLog
@@ -27,6 +28,7 @@ from broker.metrics import BrokerMetrics, MetricsEndpoint
 from broker.replica import ReplicaManager
 from broker.server import BoundListener, BrokerServer
 from broker.storage import Log, LogManager, StorageError
+from broker.storage.manager import TopicPartition
 
 __all__ = ["Node", "NodeError", "format_log_dirs", "new_cluster_id"]
 
@@ -34,8 +36,6 @@ log = logging.getLogger(__name__)
 
 META_PROPERTIES = "meta.properties"
 HOUSEKEEPING_INTERVAL_S = 1.0
-CLEANER_BACKOFF_MS = 15_000
-"""`log.cleaner.backoff.ms`: pause between compaction rounds."""
 
 
 class NodeError(Exception):
@@ -92,6 +92,7 @@ class Node:
             config.log,
             producer_id_expiration_ms=config.producer_id_expiration_ms,
             retention_check_interval_ms=config.log_retention_check_interval_ms,
+            dedupe_buffer_size=config.log_cleaner_dedupe_buffer_size,
         )
         self.clock = wall_clock_ms
         self.metadata: MetadataService | None = None
@@ -102,6 +103,7 @@ class Node:
         self.metrics: BrokerMetrics | None = None
         self._metrics_endpoint: MetricsEndpoint | None = None
         self._housekeeping: asyncio.Task[None] | None = None
+        self._cleaner: asyncio.Task[None] | None = None
         self.banner: str | None = None
         """Printed once the node serves (`gregor local up` tells the user where)."""
 
@@ -151,7 +153,17 @@ class Node:
         await metadata.register_broker(
             {name: (e.host, e.port) for name, e in self.state.advertised.items()}
         )
-        self._housekeeping = asyncio.get_running_loop().create_task(self._housekeep())
+        loop = asyncio.get_running_loop()
+        self._housekeeping = loop.create_task(self._housekeep())
+        if self.config.log_cleaner_enable:
+            self._cleaner = loop.create_task(
+                run_cleaner(
+                    self.logs,
+                    self.clock,
+                    self._high_watermarks,
+                    backoff_ms=self.config.log_cleaner_backoff_ms,
+                )
+            )
         return bound
 
     def _group_config(self, image: MetadataImage) -> GroupConfig:
@@ -202,27 +214,24 @@ class Node:
         return 0 if found is None else found.leader_epoch
 
     async def _housekeep(self) -> None:
-        """Retention, time-based flushes, checkpoints and compaction, on Kafka's cadences."""
-        last_clean = 0
+        """Retention, time-based flushes and checkpoints, on Kafka's cadences (compaction has a
+        task of its own: `run_cleaner`)."""
         while True:
             await asyncio.sleep(HOUSEKEEPING_INTERVAL_S)
-            now = self.clock()
             try:
-                self.logs.tick(now)
-                if now - last_clean >= CLEANER_BACKOFF_MS:
-                    last_clean = now
-                    assert self.state is not None
-                    watermarks = {
-                        key: p.high_watermark for key, p in self.state.replicas.partitions.items()
-                    }
-                    self.logs.clean_filthiest(now, high_watermarks=watermarks)
+                self.logs.tick(self.clock())
             except Exception:
                 log.exception("housekeeping failed; retrying on the next round")
 
+    def _high_watermarks(self) -> dict[TopicPartition, int]:
+        assert self.state is not None
+        return {key: p.high_watermark for key, p in self.state.replicas.partitions.items()}
+
     async def stop(self) -> None:
-        if self._housekeeping is not None:
-            self._housekeeping.cancel()
-            await asyncio.gather(self._housekeeping, return_exceptions=True)
+        for task in (self._cleaner, self._housekeeping):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self._metrics_endpoint is not None:
             await self._metrics_endpoint.stop()
         if self.server is not None:

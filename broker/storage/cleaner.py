@@ -18,9 +18,13 @@ Deciding (plain functions over segment sizes and timestamps, no I/O — `cleanab
   all is cleanable. A checkpoint below the log start or past the log end is reset to the log
   start (Kafka does the same after truncation or DeleteRecords).
 
-Cleaning (`clean`):
+Cleaning, in three steps (`clean` does all three inline; the node runs `compact` in a worker
+process, ADR 0006): `plan_clean` fixes the round as a picklable `CleanJob` (files and sizes,
+no `Log`), `compact` writes the cleaned segments as `.cleaned` files, `swap_in` puts them in
+place.
 - An offset map key → latest offset is built over the dirty part of the cleanable range (at
-  most `max_map_entries` keys: a full map ends the round early, the rest stays dirty). Then
+  most `max_map_entries` keys, and keys costing at most `max_map_bytes` in memory: a full map
+  ends the round early, the rest stays dirty). Then
   every closed segment from the start of the log to the last mapped offset is rewritten. A
   record survives if its offset is past the map's last offset, or it has a key and no later
   offset for that key is in the map, and it is not an expired tombstone. Records without a key
@@ -44,16 +48,19 @@ Cleaning (`clean`):
   `segment.index.bytes` and their offsets stay within 2**31 - 1 of the group's base offset. A
   lone segment whose batches all come out unchanged is left as it is.
 
-Crash safety, as in Kafka: a group is written as `<base>.log.cleaned` (+ indexes) and fsynced,
-renamed `.swap`, swapped into the log in memory, the old segments renamed `.deleted` (they are
-returned for deletion after `file.delete.delay.ms`), and the `.swap` files renamed to their
-final names. When a log loads, `.cleaned` files are discarded and `complete_interrupted_swaps`
-finishes any swap: every segment file whose base offset the swap covers goes, then the swap
-files lose their suffix (an index without its swapped log is discarded and rebuilt).
+Crash safety, as in Kafka, one group at a time: a group is written as `<base>.log.cleaned`
+(+ indexes) and fsynced, renamed `.swap`, swapped into the log in memory, the old segments
+renamed `.deleted` (they are returned for deletion after `file.delete.delay.ms`), and the
+`.swap` files renamed to their final names. When a log loads, `.cleaned` files are discarded
+and `complete_interrupted_swaps` finishes any swap: every segment file whose base offset the
+swap covers goes, then the swap files lose their suffix (an index without its swapped log is
+discarded and rebuilt).
 
-`clean` runs on a background thread in the server; it reads closed segments only and swaps
-with list assignments, but the caller must not truncate, retain or clean the same log at the
-same time. Time is an argument (`now_ms`), never read from a clock here.
+`compact` reads closed segments only, through a descriptor of the log's directory, and renames
+nothing; `swap_in` checks that the log still holds the very segments planned before each group
+(else CleaningAborted, and the round's files go). The caller must not retain or clean the same
+log meanwhile (`LogManager` sees to it). Time is an argument (`now_ms`), never read from a
+clock here.
 """
 
 from __future__ import annotations
@@ -62,7 +69,7 @@ import bisect
 import os
 import re
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
@@ -91,15 +98,24 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLEANER_CHECKPOINT_FILE",
+    "CleanJob",
     "CleanResult",
     "CleanableRange",
+    "CleanedGroup",
+    "CleaningAborted",
+    "Compaction",
+    "SourceSegment",
     "clean",
     "cleanable_range",
+    "compact",
     "complete_interrupted_swaps",
     "filthiest_log",
     "group_segments",
     "needs_cleaning",
+    "plan_clean",
     "read_cleaner_checkpoint",
+    "result_of",
+    "swap_in",
     "write_cleaner_checkpoint",
 ]
 
@@ -192,7 +208,12 @@ class CleanableRange:
         return self.dirty_ratio > config.min_cleanable_dirty_ratio
 
 
-def _floor(segments: Sequence[SegmentView], offset: int) -> int:
+class _Based(Protocol):
+    @property
+    def base_offset(self) -> int: ...
+
+
+def _floor(segments: Sequence[_Based], offset: int) -> int:
     """Index of the segment holding `offset` (the last one based at or below it), else 0."""
     bases = [segment.base_offset for segment in segments]
     return max(bisect.bisect_right(bases, offset) - 1, 0)
@@ -303,49 +324,125 @@ def filthiest_log(
     return best
 
 
-def group_segments(
-    segments: Sequence[LogSegment], limit_offset: int, config: LogConfig
-) -> list[list[LogSegment]]:
+class GroupedSegment(Protocol):
+    """What grouping reads of a segment (`SourceSegment` and the cleaner's own view)."""
+
+    @property
+    def base_offset(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def offset_index_bytes(self) -> int: ...
+    @property
+    def time_index_bytes(self) -> int: ...
+
+
+G = TypeVar("G", bound=GroupedSegment)
+
+
+def group_segments(segments: Sequence[G], limit_offset: int, config: LogConfig) -> list[list[G]]:
     """Consecutive segments cleaned into one, as Kafka's `groupSegmentsBySize`: the group's log
     sizes sum to at most `segment.bytes`, each index's to at most `segment.index.bytes`, and
     every offset stays within 2**31 - 1 of the group's base offset. `limit_offset` is the base
     offset of the segment after the last one given."""
-    groups: list[list[LogSegment]] = []
+    groups: list[list[G]] = []
     i = 0
     while i < len(segments):
         group = [segments[i]]
         log_bytes = segments[i].size
-        index_bytes = _offset_index_bytes(segments[i])
-        time_bytes = _time_index_bytes(segments[i])
+        index_bytes = segments[i].offset_index_bytes
+        time_bytes = segments[i].time_index_bytes
         i += 1
         while i < len(segments):
             candidate = segments[i]
             following = segments[i + 1].base_offset if i + 1 < len(segments) else limit_offset
             if (
                 log_bytes + candidate.size > config.segment_bytes
-                or index_bytes + _offset_index_bytes(candidate) > config.segment_index_bytes
-                or time_bytes + _time_index_bytes(candidate) > config.segment_index_bytes
+                or index_bytes + candidate.offset_index_bytes > config.segment_index_bytes
+                or time_bytes + candidate.time_index_bytes > config.segment_index_bytes
                 or (candidate.size > 0 and following - 1 - group[0].base_offset > _INT32_MAX)
             ):
                 break
             group.append(candidate)
             log_bytes += candidate.size
-            index_bytes += _offset_index_bytes(candidate)
-            time_bytes += _time_index_bytes(candidate)
+            index_bytes += candidate.offset_index_bytes
+            time_bytes += candidate.time_index_bytes
             i += 1
         groups.append(group)
     return groups
 
 
-def _offset_index_bytes(segment: LogSegment) -> int:
-    return len(segment.offset_index) * OffsetIndex.ENTRY_SIZE
-
-
-def _time_index_bytes(segment: LogSegment) -> int:
-    return len(segment.time_index) * TimeIndex.ENTRY_SIZE
-
-
 # -- cleaning --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSegment:
+    """A closed segment as a round found it: enough to read and group it without the `Log`
+    (the worker that compacts runs in a process of its own)."""
+
+    base_offset: int
+    file_name: str
+    """Its `.log` file, in the log's directory."""
+    size: int
+    """Bytes of whole batches when the round was planned: the worker reads no further."""
+    offset_index_bytes: int
+    time_index_bytes: int
+
+    @classmethod
+    def of(cls, segment: LogSegment) -> SourceSegment:
+        return cls(
+            segment.base_offset,
+            segment.log_path.name,
+            segment.size,
+            len(segment.offset_index) * OffsetIndex.ENTRY_SIZE,
+            len(segment.time_index) * TimeIndex.ENTRY_SIZE,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CleanJob:
+    """One compaction round of one log, fixed when it is planned (`plan_clean`) and carried
+    out by `compact` anywhere, a worker process included: it pickles, and holds no `Log`."""
+
+    directory: Path
+    directory_id: tuple[int, int]
+    """(st_dev, st_ino) of the directory when planned: a new log of the same name is not it."""
+    config: LogConfig
+    now_ms: int
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    cleanable_bytes: int
+    segments: tuple[SourceSegment, ...]
+    """Every closed segment below the first uncleanable offset, from the log start."""
+    active_producers: Mapping[int, int]
+    """producer id → offset of its last data batch, for producers still active."""
+    max_map_entries: int | None
+    max_map_bytes: int | None
+    """Bounds of the offset map (`log.cleaner.dedupe.buffer.size`); a full map ends the round
+    early and the rest stays dirty."""
+
+
+@dataclass(frozen=True, slots=True)
+class CleanedGroup:
+    """Consecutive source segments and what `compact` made of them."""
+
+    base_offsets: tuple[int, ...]
+    cleaned_size: int | None
+    """Size of `<first base>.log.cleaned` (written with its indexes and fsynced), or None:
+    nothing changed and the segments stay as they are."""
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """What `compact` did, for the swap (`swap_in`) to put in place."""
+
+    first_dirty_offset: int
+    """The new cleaner checkpoint, once every cleaned group is swapped in."""
+    groups: tuple[CleanedGroup, ...]
+    bytes_before: int
+    bytes_after: int
+    records_read: int
+    records_removed: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,11 +459,53 @@ class CleanResult:
     records_removed: int
 
 
-@dataclass(slots=True)
-class _OffsetMap:
-    keys: dict[bytes, int]
-    latest_offset: int
-    """The last offset the map accounts for: records after it are kept whatever their key."""
+class CleaningAborted(Exception):
+    """The log changed under a round (its segments are not those the round read): nothing of
+    the round is swapped in, and its cleaned files are removed."""
+
+
+MAP_BYTES_PER_KEY = 120
+"""What one key of the offset map costs in memory, besides the key's own bytes: the dict slot,
+the bytes object and the offset (measured on CPython 3.11: 112-120 bytes). The map stops
+growing when its keys' cost reaches `max_map_bytes`."""
+
+
+def plan_clean(
+    log: Log,
+    first_dirty_offset: int | None,
+    now_ms: int,
+    *,
+    last_stable_offset: int | None = None,
+    max_map_entries: int | None = None,
+    max_map_bytes: int | None = None,
+    active_producers: Mapping[int, int] | None = None,
+    producer_id_expiration_ms: int | None = None,
+) -> CleanJob:
+    """The round `clean` would do now, whatever its dirty ratio (`needs_cleaning` decides
+    whether to do one). `last_stable_offset`: as for `cleanable_range`. `active_producers`:
+    by default the log's producer state says, with producers silent for
+    `producer_id_expiration_ms` (by default the log's) counted as gone."""
+    if max_map_entries is not None and max_map_entries < 1:
+        raise ValueError("the offset map must hold at least one key")
+    found = cleanable_range(log, first_dirty_offset, now_ms, last_stable_offset=last_stable_offset)
+    if active_producers is None:
+        if producer_id_expiration_ms is None:
+            producer_id_expiration_ms = log.producer_id_expiration_ms
+        active_producers = _active_producers(log, now_ms, producer_id_expiration_ms)
+    closed = [s for s in log.segments[:-1] if s.base_offset < found.first_uncleanable_offset]
+    return CleanJob(
+        directory=log.directory,
+        directory_id=_identity(os.stat(log.directory)),
+        config=log.config,
+        now_ms=now_ms,
+        first_dirty_offset=found.first_dirty_offset,
+        first_uncleanable_offset=found.first_uncleanable_offset,
+        cleanable_bytes=found.cleanable_bytes,
+        segments=tuple(SourceSegment.of(segment) for segment in closed),
+        active_producers=dict(active_producers),
+        max_map_entries=max_map_entries,
+        max_map_bytes=max_map_bytes,
+    )
 
 
 def clean(
@@ -376,78 +515,222 @@ def clean(
     *,
     last_stable_offset: int | None = None,
     max_map_entries: int | None = None,
+    max_map_bytes: int | None = None,
     active_producers: Mapping[int, int] | None = None,
     producer_id_expiration_ms: int | None = None,
 ) -> CleanResult:
-    """Compact what is cleanable in `log` now, whatever its dirty ratio (`needs_cleaning`
-    decides whether to call this). `last_stable_offset`: as for `cleanable_range`.
-
-    `max_map_entries` bounds the offset map (Kafka's dedupe buffer); `active_producers` maps
-    producer id → offset of its last data batch (by default the log's producer state says,
-    with producers silent for `producer_id_expiration_ms`, by default the log's, counted as
-    gone).
-    """
-    if max_map_entries is not None and max_map_entries < 1:
-        raise ValueError("the offset map must hold at least one key")
-    found = cleanable_range(log, first_dirty_offset, now_ms, last_stable_offset=last_stable_offset)
-    if found.cleanable_bytes == 0:
-        return CleanResult(found.first_dirty_offset, [], 0, 0, 0, 0)
-    offset_map = _build_offset_map(
-        log, found.first_dirty_offset, found.first_uncleanable_offset, max_map_entries
+    """Compact what is cleanable in `log` now, in this thread: `plan_clean`, `compact`, then
+    `swap_in` with its directory fsyncs done at once. The node does the same three steps with
+    `compact` in a worker process and the fsyncs off its event loop."""
+    job = plan_clean(
+        log,
+        first_dirty_offset,
+        now_ms,
+        last_stable_offset=last_stable_offset,
+        max_map_entries=max_map_entries,
+        max_map_bytes=max_map_bytes,
+        active_producers=active_producers,
+        producer_id_expiration_ms=producer_id_expiration_ms,
     )
-    if offset_map.latest_offset < found.first_dirty_offset:
-        # No batch at all in the dirty range: it is as clean as it gets.
-        return CleanResult(found.first_uncleanable_offset, [], 0, 0, 0, 0)
-    end_offset = offset_map.latest_offset + 1
-    closed = log.segments[:-1]
-    count = sum(1 for segment in closed if segment.base_offset < end_offset)
-    if active_producers is None:
-        if producer_id_expiration_ms is None:
-            producer_id_expiration_ms = log.producer_id_expiration_ms
-        active_producers = _active_producers(log, now_ms, producer_id_expiration_ms)
-    rewrite = _Rewrite(offset_map, now_ms, log.config.delete_retention_ms, active_producers, 0, 0)
+    compaction = compact(job)
     retired: list[LogSegment] = []
-    before = after = 0
-    for group in group_segments(closed[:count], log.segments[count].base_offset, log.config):
-        before += sum(segment.size for segment in group)
-        cleaned = _clean_group(log, group, rewrite, now_ms)
-        if cleaned is None:
-            after += sum(segment.size for segment in group)
-        else:
-            after += cleaned.size
-            retired.extend(group)
+    for directory in swap_in(log, compaction, now_ms, retired):
+        fsync_dir(directory)
+    return result_of(compaction, retired)
+
+
+def result_of(compaction: Compaction, retired: list[LogSegment]) -> CleanResult:
     return CleanResult(
-        end_offset, retired, before, after, rewrite.records_read, rewrite.records_removed
+        compaction.first_dirty_offset,
+        retired,
+        compaction.bytes_before,
+        compaction.bytes_after,
+        compaction.records_read,
+        compaction.records_removed,
     )
 
 
-def _build_offset_map(log: Log, start: int, end: int, max_entries: int | None) -> _OffsetMap:
-    """key → latest offset over the records in [start, end) of the closed segments."""
+def compact(job: CleanJob) -> Compaction:
+    """Build the offset map over the job's dirty range and write every group of segments that
+    changes as `<base>.log.cleaned` (+ indexes), fsynced. Reads only the job's files, through
+    a descriptor of the log's directory taken first: if the directory is renamed meanwhile (the
+    topic is deleted), the files written go with it, never into a new log of the same name.
+    Raises CorruptRecordError for a batch that cannot be decoded, OSError for I/O; either way
+    no `.cleaned` file of this round is left behind."""
+    if job.cleanable_bytes == 0:
+        return Compaction(job.first_dirty_offset, (), 0, 0, 0, 0)
+    dir_fd = os.open(job.directory, os.O_RDONLY | os.O_DIRECTORY)
+    sources: list[_Source] = []
+    try:
+        if _identity(os.fstat(dir_fd)) != job.directory_id:
+            raise CleaningAborted(f"{job.directory} is not the directory planned for")
+        directory = Path(f"/proc/self/fd/{dir_fd}")
+        sources = [_Source(directory, job.directory, segment) for segment in job.segments]
+        return _compact(job, directory, sources)
+    finally:
+        for source in sources:
+            source.close()
+        os.close(dir_fd)
+
+
+def _identity(stat: os.stat_result) -> tuple[int, int]:
+    return stat.st_dev, stat.st_ino
+
+
+def _compact(job: CleanJob, directory: Path, sources: list[_Source]) -> Compaction:
+    offset_map = _build_offset_map(sources, job)
+    if offset_map.latest_offset < job.first_dirty_offset:
+        # No batch at all in the dirty range: it is as clean as it gets.
+        return Compaction(job.first_uncleanable_offset, (), 0, 0, 0, 0)
+    end_offset = offset_map.latest_offset + 1
+    count = sum(1 for source in sources if source.base_offset < end_offset)
+    limit = sources[count].base_offset if count < len(sources) else job.first_uncleanable_offset
+    delete_retention_ms = job.config.delete_retention_ms
+    rewrite = _Rewrite(offset_map, job.now_ms, delete_retention_ms, job.active_producers, 0, 0)
+    groups: list[CleanedGroup] = []
+    before = after = 0
+    try:
+        for group in group_segments(sources[:count], limit, job.config):
+            before += sum(source.size for source in group)
+            size = _clean_group(directory, group, rewrite, job)
+            after += sum(source.size for source in group) if size is None else size
+            groups.append(CleanedGroup(tuple(s.base_offset for s in group), size))
+    except BaseException:
+        for done in groups:
+            _remove_segment_files(directory, done.base_offsets[0], CLEANED_SUFFIX)
+        raise
+    return Compaction(
+        end_offset, tuple(groups), before, after, rewrite.records_read, rewrite.records_removed
+    )
+
+
+def swap_in(
+    log: Log, compaction: Compaction, now_ms: int, retired: list[LogSegment]
+) -> Iterator[Path]:
+    """Put the cleaned groups in place of their segments, one group at a time, as Kafka does:
+    `.cleaned` → `.swap`, swapped in memory, old segments renamed `.deleted` (appended to
+    `retired`), `.swap` → final names. Yields the log's directory whenever it must be fsynced
+    before the next step; the caller fsyncs it (off its event loop if it likes) and resumes.
+
+    Raises CleaningAborted, after removing what is left of the round's files, if the log no
+    longer holds a group's segments (it was truncated, deleted or taken offline meanwhile)."""
+    pending = [group for group in compaction.groups if group.cleaned_size is not None]
+    for index, group in enumerate(pending):
+        base = group.base_offsets[0]
+        old = _segments_at(log, group.base_offsets)
+        if old is None:
+            for rest in pending[index:]:
+                _remove_segment_files(log.directory, rest.base_offsets[0], CLEANED_SUFFIX)
+            raise CleaningAborted(f"{log.directory.name}: segments changed while cleaning")
+        for kind in (".log", ".index", ".timeindex"):
+            cleaned = log.directory / segment_file_name(base, kind + CLEANED_SUFFIX)
+            os.replace(
+                cleaned, cleaned.with_name(cleaned.name.removesuffix(CLEANED_SUFFIX) + SWAP_SUFFIX)
+            )
+        yield log.directory
+        if _segments_at(log, group.base_offsets) != old:
+            # Nothing of this group is in place: a crash must not complete its swap.
+            for rest in pending[index:]:
+                for suffix in (SWAP_SUFFIX, CLEANED_SUFFIX):
+                    _remove_segment_files(log.directory, rest.base_offsets[0], suffix)
+            raise CleaningAborted(f"{log.directory.name}: segments changed while swapping")
+        swapped = LogSegment(log.directory, base, log.config, now_ms, file_suffix=SWAP_SUFFIX)
+        swapped.load_clean()
+        log.replace_segments([swapped], old)
+        for segment in old:
+            segment.mark_deleted()
+        retired.extend(old)
+        swapped.change_file_suffix(SWAP_SUFFIX, "")
+    if pending:
+        yield log.directory
+
+
+def _segments_at(log: Log, base_offsets: Sequence[int]) -> list[LogSegment] | None:
+    """The closed segments of `log` with exactly these consecutive base offsets, if it holds
+    them still."""
+    segments = log.segments
+    start = bisect.bisect_left([s.base_offset for s in segments], base_offsets[0])
+    found = segments[start : start + len(base_offsets)]
+    if start + len(base_offsets) >= len(segments):
+        return None
+    if [s.base_offset for s in found] != list(base_offsets) or any(s.closed for s in found):
+        return None
+    return found
+
+
+class _Source:
+    """A closed segment opened read-only by `compact`."""
+
+    def __init__(self, directory: Path, shown: Path, segment: SourceSegment) -> None:
+        self.base_offset = segment.base_offset
+        self.size = segment.size
+        self.offset_index_bytes = segment.offset_index_bytes
+        self.time_index_bytes = segment.time_index_bytes
+        self.log_path = shown / segment.file_name
+        """For messages: the path under the log's directory as the broker names it."""
+        self.fd = os.open(directory / segment.file_name, os.O_RDONLY)
+        if os.fstat(self.fd).st_size < self.size:
+            os.close(self.fd)
+            raise CleaningAborted(f"{self.log_path} shrank while cleaning")
+
+    def batches(self) -> Iterator[tuple[int, BatchHeader]]:
+        position = 0
+        while position + BATCH_HEADER_SIZE <= self.size:
+            header = read_batch_header(os.pread(self.fd, BATCH_HEADER_SIZE, position))
+            yield position, header
+            position += header.size
+
+    def read_batch(self, position: int, header: BatchHeader) -> bytes:
+        return os.pread(self.fd, header.size, position)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+@dataclass(slots=True)
+class _OffsetMap:
+    keys: dict[bytes, int]
+    latest_offset: int
+    """The last offset the map accounts for: records after it are kept whatever their key."""
+
+
+def _build_offset_map(sources: Sequence[_Source], job: CleanJob) -> _OffsetMap:
+    """key → latest offset over the records in [first dirty, first uncleanable) of the
+    closed segments, until the map is full."""
+    start, end = job.first_dirty_offset, job.first_uncleanable_offset
     offset_map = _OffsetMap({}, -1)
     keys = offset_map.keys
-    segments = log.segments
-    for segment in segments[_floor(segments, start) : -1]:
-        if segment.base_offset >= end:
+    max_entries = job.max_map_entries
+    budget = job.max_map_bytes
+    used = 0
+    for source in sources[_floor(sources, start) :]:
+        if source.base_offset >= end:
             break
-        for position, header in segment.batches():
+        for position, header in source.batches():
             if header.last_offset < start:
                 continue
             if not (header.is_control or header.is_transactional):
-                data = segment.read_batch(position, header)
-                for record in _records(data, segment, position):
-                    if record.key is None or record.offset < start:
+                data = source.read_batch(position, header)
+                for record in _records(data, source, position):
+                    key = record.key
+                    if key is None or record.offset < start:
                         continue
-                    full = max_entries is not None and len(keys) >= max_entries
-                    if full and record.key not in keys:
-                        # The map covers everything before this record; the rest stays dirty.
-                        offset_map.latest_offset = record.offset - 1
-                        return offset_map
-                    keys[record.key] = record.offset
+                    if key not in keys:
+                        cost = len(key) + MAP_BYTES_PER_KEY
+                        full = (max_entries is not None and len(keys) >= max_entries) or (
+                            budget is not None and keys and used + cost > budget
+                        )
+                        if full:
+                            # The map covers everything before this record; the rest stays dirty.
+                            offset_map.latest_offset = record.offset - 1
+                            return offset_map
+                        used += cost
+                    keys[key] = record.offset
             offset_map.latest_offset = header.last_offset
     return offset_map
 
 
-def _records(data: bytes, segment: LogSegment, position: int) -> list[Record]:
+def _records(data: bytes, segment: _Source, position: int) -> list[Record]:
     try:
         return list(iter_records(data))
     except MalformedInput as exc:
@@ -479,7 +762,7 @@ class _Rewrite:
     records_removed: int
 
     def batch(
-        self, data: bytes, header: BatchHeader, segment: LogSegment, position: int
+        self, data: bytes, header: BatchHeader, segment: _Source, position: int
     ) -> bytes | None:
         """`data` itself if the batch stays as it is, a rebuilt batch, or None if it goes."""
         if header.is_control or header.is_transactional:
@@ -560,16 +843,17 @@ def _with_delete_horizon_flag(data: bytes) -> bytes:
 
 
 def _clean_group(
-    log: Log, group: list[LogSegment], rewrite: _Rewrite, now_ms: int
-) -> LogSegment | None:
-    """Clean `group` into one new segment and swap it in; None if nothing would change."""
+    directory: Path, group: list[_Source], rewrite: _Rewrite, job: CleanJob
+) -> int | None:
+    """Clean `group` into `<base>.log.cleaned` (+ indexes), fsynced; its size, or None (and no
+    file) if nothing would change."""
     base = group[0].base_offset
-    _remove_segment_files(log.directory, base, CLEANED_SUFFIX)
-    cleaned = LogSegment(log.directory, base, log.config, now_ms, file_suffix=CLEANED_SUFFIX)
+    _remove_segment_files(directory, base, CLEANED_SUFFIX)
+    cleaned = LogSegment(directory, base, job.config, job.now_ms, file_suffix=CLEANED_SUFFIX)
     try:
         changed = len(group) > 1
-        for segment in group:
-            changed = _clean_into(cleaned, segment, rewrite) or changed
+        for source in group:
+            changed = _clean_into(cleaned, source, rewrite) or changed
         if changed:
             cleaned.flush()
     except BaseException:
@@ -578,17 +862,12 @@ def _clean_group(
     if not changed:
         cleaned.delete()
         return None
-    cleaned.change_file_suffix(CLEANED_SUFFIX, SWAP_SUFFIX)
-    fsync_dir(log.directory)
-    log.replace_segments([cleaned], group)
-    for segment in group:
-        segment.mark_deleted()
-    cleaned.change_file_suffix(SWAP_SUFFIX, "")
-    fsync_dir(log.directory)
-    return cleaned
+    size = cleaned.size
+    cleaned.close()
+    return size
 
 
-def _clean_into(dest: LogSegment, source: LogSegment, rewrite: _Rewrite) -> bool:
+def _clean_into(dest: LogSegment, source: _Source, rewrite: _Rewrite) -> bool:
     """Append what survives of `source` to `dest`; True if anything changed."""
     changed = False
     chunk = bytearray()

@@ -7,6 +7,15 @@ asynchronous deletion (segments renamed `.deleted`, partition directories rename
 `<topic>-<partition>.<id>-delete`, both removed `file.delete.delay.ms` later), and which
 compacted log the cleaner takes next (`cleaner-offset-checkpoint`).
 
+Compaction is done in rounds, one log at a time, in three steps so that the slow one can run
+elsewhere: `plan_cleaning` picks the filthiest log and fixes the round's work (a picklable
+`CleanJob`; the log counts as being cleaned, so retention leaves its segments alone until
+`end_cleaning`), `cleaner.compact(job)` writes the cleaned segments (the node runs it in a
+worker process), and `swap_cleaned` puts them in place, yielding each time a directory must be
+fsynced. A round that fails with anything but an I/O error marks its partition *uncleanable*
+(`uncleanable`, as Kafka's cleaner does) so it is not retried on every round; an I/O error takes
+the log dir offline.
+
 Every `producer.id.expiration.check.interval.ms`, `tick` has each log forget the idempotent
 producers idle for longer than `producer.id.expiration.ms`.
 
@@ -30,19 +39,34 @@ from typing import TextIO
 
 from .checkpoints import CheckpointError, read_offset_checkpoint, write_offset_checkpoint
 from .cleaner import (
+    MAP_BYTES_PER_KEY,
+    CleaningAborted,
+    CleanJob,
     CleanResult,
-    clean,
+    Compaction,
+    compact,
     filthiest_log,
+    plan_clean,
     read_cleaner_checkpoint,
+    result_of,
+    swap_in,
     write_cleaner_checkpoint,
 )
 from .config import LogConfig
 from .errors import LogDirFailure, LogOffline, StorageError
+from .files import fsync_dir
 from .log import Log, parse_partition_dir
 from .producer_state import PRODUCER_ID_EXPIRATION_MS
 from .segments import LogSegment
 
-__all__ = ["CLEAN_SHUTDOWN_FILE", "LogManager", "TopicPartition", "delete_dir_name"]
+__all__ = [
+    "CLEAN_SHUTDOWN_FILE",
+    "DEDUPE_BUFFER_SIZE",
+    "CleaningRound",
+    "LogManager",
+    "TopicPartition",
+    "delete_dir_name",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +77,10 @@ LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 DELETE_DIR_SUFFIX = "-delete"
 
 TopicPartition = tuple[str, int]
+
+DEDUPE_BUFFER_SIZE = 134_217_728
+"""`log.cleaner.dedupe.buffer.size`: the memory a round's offset map may take (Kafka's 128 MiB;
+the map holds about 1 million keys of 16 bytes in it)."""
 
 
 MAX_FILE_NAME = 255
@@ -67,11 +95,24 @@ def delete_dir_name(topic: str, partition: int) -> str:
     return topic[: MAX_FILE_NAME - len(suffix)] + suffix
 
 
+@dataclass(slots=True)
+class CleaningRound:
+    """A compaction round under way (`LogManager.plan_cleaning` → `end_cleaning`)."""
+
+    key: TopicPartition
+    log: Log
+    job: CleanJob
+    result: CleanResult | None = None
+    """Set by `swap_cleaned` once every cleaned group is in place."""
+
+
 @dataclass
 class _PendingDeletion:
     due_ms: int
     segments: list[LogSegment] = field(default_factory=list)
     directory: Path | None = None
+    source: Log | None = None
+    """The deleted log whose `directory` this is."""
 
 
 class LogManager:
@@ -84,6 +125,7 @@ class LogManager:
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
         producer_id_expiration_check_interval_ms: int = 600_000,
         retention_check_interval_ms: int = 300_000,
+        dedupe_buffer_size: int = DEDUPE_BUFFER_SIZE,
     ) -> None:
         """`checkpoint_interval_ms`: how often `tick` writes the recovery-point and log-start
         checkpoints (Kafka's `log.flush.offset.checkpoint.interval.ms`, 1 minute).
@@ -91,7 +133,9 @@ class LogManager:
         partition keeps an idle producer's state; `producer_id_expiration_check_interval_ms`:
         Kafka's `producer.id.expiration.check.interval.ms` (10 minutes), how often `tick`
         looks for them. `retention_check_interval_ms`: Kafka's
-        `log.retention.check.interval.ms` (5 minutes), how often `tick` applies retention."""
+        `log.retention.check.interval.ms` (5 minutes), how often `tick` applies retention.
+        `dedupe_buffer_size`: `log.cleaner.dedupe.buffer.size`, the bytes a round's offset map
+        may take."""
         if not log_dirs:
             raise ValueError("at least one log dir is required (log.dirs)")
         self.log_dirs = [Path(d) for d in log_dirs]
@@ -110,6 +154,11 @@ class LogManager:
         self._last_checkpoint_ms = 0
         self._last_producer_expiration_ms = 0
         self._first_dirty: dict[TopicPartition, int] = {}
+        self.dedupe_buffer_size = max(dedupe_buffer_size, MAP_BYTES_PER_KEY)
+        self.uncleanable: dict[TopicPartition, str] = {}
+        """Partitions the cleaner gave up on, and why (Kafka's uncleanable partitions): left
+        out of compaction until the partition is recreated or the node restarts."""
+        self.cleaning: CleaningRound | None = None
         self._locked: set[Path] = set()
         self._fd_estimate = len(os.listdir("/proc/self/fd"))
         """Descriptors open in this process, give or take the ones opened since the last
@@ -312,9 +361,10 @@ class LogManager:
         target = log.directory.with_name(delete_dir_name(topic, partition))
         os.replace(log.directory, target)
         self._pending.append(
-            _PendingDeletion(now_ms + log.config.file_delete_delay_ms, directory=target)
+            _PendingDeletion(now_ms + log.config.file_delete_delay_ms, directory=target, source=log)
         )
         self._first_dirty.pop(key, None)
+        self.uncleanable.pop(key, None)
         log_dir = self._dir_of.pop(key)
         self._write_checkpoints(log_dir)
 
@@ -367,9 +417,12 @@ class LogManager:
         apply_retention = now_ms - self._last_retention_ms >= self.retention_check_interval_ms
         if apply_retention:
             self._last_retention_ms = now_ms
+        cleaning = None if self.cleaning is None else self.cleaning.key
         for key, log in self:
             try:
-                doomed = log.delete_old_segments(now_ms) if apply_retention else []
+                # As in Kafka, retention waits for a round in progress on the same log.
+                retain = apply_retention and key != cleaning
+                doomed = log.delete_old_segments(now_ms) if retain else []
                 if doomed:
                     self.retire(doomed, now_ms + log.config.file_delete_delay_ms)
                 log.maybe_flush(now_ms)
@@ -379,7 +432,14 @@ class LogManager:
                 self.fail_dir_of(*key, f"{type(exc).__name__}: {exc}")
         if expire_producers:
             self._last_producer_expiration_ms = now_ms
-        due = [p for p in self._pending if p.due_ms <= now_ms]
+        # A deleted log's directory outlives a round still reading it: its inode then cannot
+        # be reused by a new log of the same name before the round has ended.
+        in_use = None if self.cleaning is None else self.cleaning.log
+        due = [
+            p
+            for p in self._pending
+            if p.due_ms <= now_ms and (in_use is None or p.source is not in_use)
+        ]
         for pending in due:
             self._finish_deletion(pending)
             self._pending.remove(pending)
@@ -390,29 +450,89 @@ class LogManager:
     def clean_filthiest(
         self, now_ms: int, *, high_watermarks: dict[TopicPartition, int] | None = None
     ) -> tuple[TopicPartition, CleanResult] | None:
-        """One compaction round on the compacted log that needs it most, if any.
+        """One whole compaction round in this thread (tests, tools): `plan_cleaning`,
+        `compact`, `swap_cleaned`. None if no log needs cleaning or the round failed."""
+        round_ = self.plan_cleaning(now_ms, high_watermarks=high_watermarks)
+        if round_ is None:
+            return None
+        try:
+            for directory in self.swap_cleaned(round_, compact(round_.job), now_ms):
+                fsync_dir(directory)
+        except Exception as exc:
+            self.cleaning_failed(round_, exc)
+        finally:
+            self.end_cleaning(round_)
+        return None if round_.result is None else (round_.key, round_.result)
 
-        `high_watermarks` bounds what may be cleaned (never past what consumers may read).
-        Cleaning rewrites closed segments only; call it from the thread that owns the logs.
-        """
+    def plan_cleaning(
+        self, now_ms: int, *, high_watermarks: dict[TopicPartition, int] | None = None
+    ) -> CleaningRound | None:
+        """Start a round on the compacted log that needs it most (Kafka's
+        `grabFilthiestCompactedLog`), uncleanable partitions aside; None if none does or a
+        round is under way. `high_watermarks` bounds what may be cleaned (never past what
+        consumers may read)."""
+        if self.cleaning is not None:
+            return None
+        candidates = {k: log for k, log in self.logs.items() if k not in self.uncleanable}
         chosen = filthiest_log(
-            self.logs, self._first_dirty, now_ms, last_stable_offsets=high_watermarks
+            candidates, self._first_dirty, now_ms, last_stable_offsets=high_watermarks
         )
         if chosen is None:
             return None
         key, _ = chosen
         log = self.logs[key]
-        result = clean(
+        job = plan_clean(
             log,
             self._first_dirty.get(key),
             now_ms,
             last_stable_offset=None if high_watermarks is None else high_watermarks.get(key),
+            max_map_bytes=self.dedupe_buffer_size,
         )
-        self._first_dirty[key] = result.first_dirty_offset
-        if result.retired_segments:
-            self.retire(result.retired_segments, now_ms + log.config.file_delete_delay_ms)
+        self.cleaning = CleaningRound(key, log, job)
+        return self.cleaning
+
+    def swap_cleaned(
+        self, round_: CleaningRound, compaction: Compaction, now_ms: int
+    ) -> Iterator[Path]:
+        """Put a round's cleaned segments in place (`cleaner.swap_in`), yielding each
+        directory to fsync before going on, then record the new cleaner checkpoint. Raises
+        CleaningAborted if the log was deleted or changed meanwhile."""
+        key, log = round_.key, round_.log
+        if self.logs.get(key) is not log:
+            raise CleaningAborted(f"{key[0]}-{key[1]} went away while it was cleaned")
+        retired: list[LogSegment] = []
+        try:
+            yield from swap_in(log, compaction, now_ms, retired)
+        finally:
+            if retired:
+                self.retire(retired, now_ms + log.config.file_delete_delay_ms)
+        if self.logs.get(key) is not log:
+            raise CleaningAborted(f"{key[0]}-{key[1]} went away while it was cleaned")
+        self._first_dirty[key] = compaction.first_dirty_offset
         self._write_checkpoints(self._dir_of[key])
-        return key, result
+        round_.result = result_of(compaction, retired)
+
+    def cleaning_failed(self, round_: CleaningRound, exc: BaseException) -> None:
+        """A round that failed, as Kafka's cleaner takes it: an aborted round is let go; an I/O
+        error takes the log dir offline; anything else (a batch that cannot be decoded, a
+        worker that died on it twice) marks the partition uncleanable, named in the log."""
+        key = round_.key
+        if isinstance(exc, CleaningAborted):
+            logger.info("cleaning of %s-%d aborted: %s", *key, exc)
+        elif isinstance(exc, (OSError, LogDirFailure)):
+            if self.logs.get(key) is round_.log:
+                self.fail_dir_of(*key, f"cleaning failed: {type(exc).__name__}: {exc}")
+        else:
+            self.uncleanable[key] = f"{type(exc).__name__}: {exc}"
+            logger.error(
+                "%s-%d is uncleanable and left out of compaction until the node restarts: %s",
+                *key,
+                self.uncleanable[key],
+            )
+
+    def end_cleaning(self, round_: CleaningRound) -> None:
+        if self.cleaning is round_:
+            self.cleaning = None
 
     def retire(self, segments: list[LogSegment], due_ms: int) -> None:
         """Segments already marked `.deleted`, to close and remove at `due_ms`."""

@@ -4,6 +4,7 @@ runs, tombstones, codecs, and crashes in the middle of a swap."""
 from __future__ import annotations
 
 import dataclasses
+import pickle
 import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -21,17 +22,24 @@ from broker.protocol.records import (
     validate_batch,
 )
 from broker.storage import CorruptRecordError, Log, LogConfig, LogSegment
+from broker.storage import cleaner as cleaner_module
 from broker.storage.cleaner import (
     CLEANER_CHECKPOINT_FILE,
+    MAP_BYTES_PER_KEY,
     CleanableRange,
+    CleaningAborted,
     CleanResult,
+    SourceSegment,
     clean,
     cleanable_range,
+    compact,
     complete_interrupted_swaps,
     filthiest_log,
     group_segments,
     needs_cleaning,
+    plan_clean,
     read_cleaner_checkpoint,
+    swap_in,
     write_cleaner_checkpoint,
 )
 from broker.storage.producer_state import PRODUCER_ID_EXPIRATION_MS
@@ -88,6 +96,7 @@ class Logs:
         *,
         last_stable_offset: int | None = None,
         max_map_entries: int | None = None,
+        max_map_bytes: int | None = None,
         producer_id_expiration_ms: int | None = None,
     ) -> CleanResult:
         result = clean(
@@ -96,6 +105,7 @@ class Logs:
             now_ms,
             last_stable_offset=last_stable_offset,
             max_map_entries=max_map_entries,
+            max_map_bytes=max_map_bytes,
             producer_id_expiration_ms=producer_id_expiration_ms,
         )
         self._retired.extend(result.retired_segments)
@@ -701,7 +711,7 @@ def test_small_segments_are_merged_up_to_segment_bytes(logs: Logs) -> None:
         log.roll(T0)
     append(log, [(b"z", b"z")])
     size = log.segments[0].size
-    closed = log.segments[:-1]
+    closed = [SourceSegment.of(segment) for segment in log.segments[:-1]]
     limit = log.active_segment.base_offset
 
     small = dataclasses.replace(COMPACT, segment_bytes=2 * size)
@@ -726,7 +736,8 @@ def test_far_apart_offsets_are_not_merged_into_one_segment(logs: Logs) -> None:
     log.roll(T0)
     append(log, [(b"z", b"z")])
 
-    groups = group_segments(log.segments[:-1], log.active_segment.base_offset, COMPACT)
+    closed = [SourceSegment.of(segment) for segment in log.segments[:-1]]
+    groups = group_segments(closed, log.active_segment.base_offset, COMPACT)
 
     assert [[s.base_offset for s in g] for g in groups] == [[0], [2**31 + 10]]
 
@@ -889,3 +900,121 @@ def test_complete_interrupted_swaps_discards_an_index_swap_without_its_log(tmp_p
     assert complete_interrupted_swaps(tmp_path) == []
 
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{0:020d}.index", f"{0:020d}.log"]
+
+
+# -- rounds in steps: what the node does with a worker process --------------------------------
+
+
+def test_the_offset_map_is_bounded_in_bytes(logs: Logs) -> None:
+    """`log.cleaner.dedupe.buffer.size` bounds the map by what its keys cost; a full map ends
+    the round early and the next round carries on from there."""
+    log = logs.open()
+    keys = [b"%d" % i * 50 for i in range(6)]  # 50-byte keys
+    for key in keys:
+        append(log, [(key, b"old")])
+    for key in keys:
+        append(log, [(key, b"new")])
+    log.roll(T0)
+    append(log, [(b"z", b"z")])
+    two_keys = 2 * (50 + MAP_BYTES_PER_KEY)
+
+    first = logs.clean(log, None, T0, max_map_bytes=two_keys)
+
+    assert first.first_dirty_offset == 2  # the map held offsets 0 and 1 only
+    rounds = 1
+    checkpoint = first.first_dirty_offset
+    while checkpoint < log.active_segment.base_offset:
+        checkpoint = logs.clean(log, checkpoint, T0, max_map_bytes=two_keys).first_dirty_offset
+        rounds += 1
+    assert rounds == 6
+    assert [value for _, _, value in visible(log)] == [b"new"] * 6 + [b"z"]
+
+
+def test_a_round_planned_then_compacted_elsewhere_is_swapped_in_group_by_group(
+    logs: Logs,
+) -> None:
+    """The plan pickles (it crosses to a worker process) and names files, not objects; the swap
+    yields the directory once per group plus once at the end, and only one group is ever
+    between `.swap` and its final name."""
+    log = logs.open()
+    for round_ in range(4):
+        for key in range(3):
+            append(log, [(f"k{key}".encode(), f"v{round_}".encode() * 20)])
+        log.roll(T0)
+    append(log, [(b"active", b"x")])
+    log.config = dataclasses.replace(COMPACT, segment_bytes=log.segments[0].size)  # no merging
+    job = pickle.loads(pickle.dumps(plan_clean(log, None, T0)))
+
+    compaction = compact(job)
+
+    # The last segment holds the latest values: it stays as it is.
+    assert [g.cleaned_size is not None for g in compaction.groups] == [True, True, True, False]
+    assert sorted(p.name for p in log.directory.glob("*.cleaned")) == sorted(
+        f"{g.base_offsets[0]:020d}{kind}.cleaned"
+        for g in compaction.groups[:3]
+        for kind in (".log", ".index", ".timeindex")
+    )
+    retired: list[LogSegment] = []
+    seen_swaps = []
+    for directory in swap_in(log, compaction, T0, retired):
+        assert directory == log.directory
+        seen_swaps.append(len(list(directory.glob("*.log.swap"))))
+    logs._retired.extend(retired)
+    assert seen_swaps == [1, 1, 1, 0]
+    assert len(retired) == 3
+    assert [value for _, key, value in visible(log) if key != b"active"] == [b"v3" * 20] * 3
+
+
+def test_a_round_whose_segments_went_away_is_not_swapped_in(logs: Logs) -> None:
+    log = logs.open()
+    build_three_segments(log)
+    compaction = compact(plan_clean(log, None, T0))
+    before = visible(log)
+    # Meanwhile the log was truncated below the cleaned segments (as a follower may be).
+    log.truncate_to(3)
+
+    with pytest.raises(CleaningAborted):
+        list(swap_in(log, compaction, T0, []))
+
+    assert not list(log.directory.glob("*.cleaned"))
+    assert not list(log.directory.glob("*.swap"))
+    assert visible(log) == before[:3]
+
+
+def test_a_topic_deleted_during_a_round_keeps_the_round_out_of_its_successor(
+    logs: Logs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The topic is deleted (its directory renamed) and created again while a round reads it:
+    the round's files go with the old directory, never into the new log of the same name."""
+    log = logs.open()
+    build_three_segments(log)
+    job = plan_clean(log, None, T0)
+    log.close(T0)
+    moved = log.directory.with_name("compacted-0.1234-delete")
+    building = cleaner_module._build_offset_map
+
+    def deleted_meanwhile(*args: object) -> object:
+        log.directory.rename(moved)
+        log.directory.mkdir()
+        return building(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cleaner_module, "_build_offset_map", deleted_meanwhile)
+    compaction = compact(job)
+
+    assert compaction.groups
+    assert list(moved.glob("*.cleaned"))
+    assert list(log.directory.iterdir()) == []
+
+
+def test_a_round_planned_for_a_deleted_topic_does_not_read_its_successor(logs: Logs) -> None:
+    log = logs.open()
+    build_three_segments(log)
+    job = plan_clean(log, None, T0)
+    log.close(T0)
+    log.directory.rename(log.directory.with_name("compacted-0.1234-delete"))
+    again = logs.open()  # the same name, a new log
+    build_three_segments(again)
+
+    with pytest.raises(CleaningAborted):
+        compact(job)
+    assert not list(again.directory.glob("*.cleaned"))

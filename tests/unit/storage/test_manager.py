@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from broker.protocol.records import Record, build_batch
-from broker.storage import LogConfig, LogManager, LogOffline, StorageError
+from broker.storage import Log, LogConfig, LogManager, LogOffline, StorageError
 from broker.storage.checkpoints import read_offset_checkpoint
+from broker.storage.cleaner import CleaningAborted, compact
+from broker.storage.files import fsync_dir
 from broker.storage.manager import CLEAN_SHUTDOWN_FILE
 
 REPO = Path(__file__).resolve().parents[3]
@@ -208,3 +210,91 @@ def test_the_cleaner_compacts_the_filthiest_log_and_remembers_where_it_stopped(
     # Nothing new is dirty: the next round has nothing to do.
     assert again.clean_filthiest(now_ms=201) is None
     again.shutdown(now_ms=202)
+
+
+# -- compaction rounds, as the node runs them (plan here, compact elsewhere, swap here) -------
+
+COMPACT_DELETE = LogConfig(
+    segment_bytes=2048,
+    cleanup_policy=frozenset({"compact", "delete"}),
+    min_cleanable_dirty_ratio=0.01,
+    retention_ms=10_000,
+    file_delete_delay_ms=0,
+)
+
+
+def _dirty(
+    manager: LogManager, topic: str, batches: int = 12, config: LogConfig = COMPACT_DELETE
+) -> Log:
+    log = manager.create_log(topic, 0, now_ms=0, config=config)
+    for i in range(batches):
+        batch = build_batch([Record(0, i, b"k%d" % (i % 2), b"v" * 300)])
+        log.append_as_leader(batch, leader_epoch=0, now_ms=i)
+    return log
+
+
+def test_retention_waits_for_a_round_on_the_same_log(tmp_path: Path) -> None:
+    """As Kafka's cleaner manager: segments a round is reading are not deleted under it."""
+    manager = LogManager([tmp_path], CONFIG, retention_check_interval_ms=1)
+    manager.startup(now_ms=0)
+    log = _dirty(manager, "compacted")
+    round_ = manager.plan_cleaning(now_ms=100)
+    assert round_ is not None
+    segments = len(log.segments)
+
+    manager.tick(now_ms=60_000)  # far past retention.ms
+    assert len(log.segments) == segments
+    for directory in manager.swap_cleaned(round_, compact(round_.job), now_ms=60_000):
+        fsync_dir(directory)
+    manager.end_cleaning(round_)
+    manager.tick(now_ms=60_001)
+    assert len(log.segments) == 1
+    manager.shutdown(now_ms=60_002)
+
+
+def test_a_partition_that_cannot_be_decoded_is_uncleanable_and_the_others_are_cleaned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    manager = _manager(tmp_path)
+    broken = _dirty(manager, "broken", batches=30)
+    good = _dirty(manager, "good", batches=12)
+    first = broken.segments[0]
+    with open(first.log_path, "r+b") as damaged:  # the first record's length, past the batch
+        damaged.seek(61)
+        damaged.write(b"\xfe\x7f")
+
+    assert manager.clean_filthiest(now_ms=100) is None  # broken-0 is the filthiest: it fails
+    assert ("broken", 0) in manager.uncleanable
+    assert "cannot be compacted" in manager.uncleanable[("broken", 0)]
+    assert "broken-0 is uncleanable" in caplog.text
+    before = good.size_in_bytes
+    chosen = manager.clean_filthiest(now_ms=101)
+    assert chosen is not None
+    assert chosen[0] == ("good", 0)
+    assert good.size_in_bytes < before
+    assert manager.clean_filthiest(now_ms=102) is None  # broken-0 is not retried
+    assert caplog.text.count("broken-0 is uncleanable") == 1
+    # A partition created again under the same name starts cleanable.
+    manager.delete_log("broken", 0, now_ms=103)
+    assert ("broken", 0) not in manager.uncleanable
+    manager.shutdown(now_ms=104)
+
+
+def test_a_topic_deleted_during_a_round_aborts_it_and_its_directory_waits(tmp_path: Path) -> None:
+    manager = _manager(tmp_path)
+    _dirty(manager, "compacted")
+    round_ = manager.plan_cleaning(now_ms=100)
+    assert round_ is not None
+    compaction = compact(round_.job)
+    manager.delete_log("compacted", 0, now_ms=100)
+    (deleted,) = tmp_path.glob("compacted-0.*-delete")
+
+    manager.tick(now_ms=200)  # past file.delete.delay.ms, but the round still reads it
+    assert deleted.exists()
+    with pytest.raises(CleaningAborted):
+        list(manager.swap_cleaned(round_, compaction, now_ms=200))
+    manager.end_cleaning(round_)
+    manager.tick(now_ms=201)
+    assert not deleted.exists()
+    assert read_offset_checkpoint(tmp_path / "cleaner-offset-checkpoint") == {}
+    manager.shutdown(now_ms=202)
