@@ -172,6 +172,15 @@ class BrokerConfig:
     offsets_topic_replication_factor: int = 3
     offsets_topic_num_partitions: int = 50
     socket_request_max_bytes: int = 104_857_600
+    max_connections: int = 2_147_483_647
+    """`max.connections`: connections the node holds at once; one more is closed when accepted."""
+    max_connections_per_ip: int = 2_147_483_647
+    """`max.connections.per.ip`: connections one address may hold; one more is closed."""
+    max_connections_per_ip_overrides: dict[str, int] = field(default_factory=dict)
+    """`max.connections.per.ip.overrides`: `address:count,…`, per-address exceptions."""
+    queued_max_request_bytes: int = -1
+    """`queued.max.request.bytes`: bytes of received requests not yet processed, across all
+    connections, before reading pauses (-1, Kafka's default: no bound; the operator sets one)."""
     connections_max_idle_ms: int = 600_000
     group_initial_rebalance_delay_ms: int = 3_000
     """`group.initial.rebalance.delay.ms`: how long a new group waits for more members before
@@ -283,6 +292,23 @@ class BrokerConfig:
             )
 
 
+def _ip_overrides(key: str, raw: str) -> dict[str, int]:
+    overrides: dict[str, int] = {}
+    for entry in _list(key, raw):
+        host, _, count = entry.rpartition(":")
+        if not host or not count.strip().isdigit():
+            raise InvalidConfig(key, raw, f"{entry!r} is not host:count")
+        overrides[host.strip().strip("[]")] = int(count)
+    return overrides
+
+
+def _queued_bytes(key: str, raw: str) -> int:
+    value = _int()(key, raw)
+    if value == 0 or value < -1:
+        raise InvalidConfig(key, raw, "must be -1 (no bound) or a positive number of bytes")
+    return value
+
+
 def _paths(key: str, raw: str) -> tuple[Path, ...]:
     return tuple(Path(p) for p in _list(key, raw))
 
@@ -313,6 +339,10 @@ _BROKER: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "offsets.topic.replication.factor": ("offsets_topic_replication_factor", _int(1)),
     "offsets.topic.num.partitions": ("offsets_topic_num_partitions", _int(1)),
     "socket.request.max.bytes": ("socket_request_max_bytes", _int(1)),
+    "max.connections": ("max_connections", _int(0)),
+    "max.connections.per.ip": ("max_connections_per_ip", _int(0)),
+    "max.connections.per.ip.overrides": ("max_connections_per_ip_overrides", _ip_overrides),
+    "queued.max.request.bytes": ("queued_max_request_bytes", _queued_bytes),
     "connections.max.idle.ms": ("connections_max_idle_ms", _int(-1)),
     "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", _int(0)),
     "group.min.session.timeout.ms": ("group_min_session_timeout_ms", _int(0)),

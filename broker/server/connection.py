@@ -1,10 +1,14 @@
 """One client connection: frames in, responses out, in request order.
 
 Clients may pipeline; requests are processed one after another and responses keep their
-order. Memory per connection is bounded: reading pauses while `MAX_QUEUED_REQUESTS` frames
-wait, and the next request is not started while the transport's write buffer is full (a
-client that never reads stops being read from, and counts as idle). Fetch responses come as
-buffers around file regions; the regions go out with `sendfile` (`sendfile.py`). A frame
+order. Memory per connection is bounded (`admission.py`): reading pauses while the requests
+waiting behind the one being processed hold `MAX_READ_AHEAD_BYTES` or number
+`MAX_QUEUED_REQUESTS`, and while `queued.max.request.bytes` has nothing left for a request
+whose size prefix has arrived; the next request is not started while the transport's write
+buffer is full (a client that never reads stops being read from, and counts as idle). A
+connection over `max.connections` or `max.connections.per.ip` is closed once accepted.
+Fetch responses come as buffers around file regions; the regions go out with `sendfile`
+(`sendfile.py`). A frame
 larger than `socket.request.max.bytes`, or malformed framing, closes the connection at once.
 """
 
@@ -17,6 +21,14 @@ from collections import deque
 
 from broker.protocol import FrameReader, MalformedInput
 
+from .admission import (
+    MAX_QUEUED_REQUESTS,
+    MAX_READ_AHEAD_BYTES,
+    SMALL_REQUEST_BYTES,
+    Admission,
+    ConnectionQuotas,
+    MemoryPool,
+)
 from .dispatcher import CloseConnection, Dispatcher, Frame
 from .sendfile import send_region
 
@@ -24,8 +36,7 @@ __all__ = ["Connection"]
 
 log = logging.getLogger(__name__)
 
-MAX_QUEUED_REQUESTS = 16
-"""Frames read ahead of the one being processed before reading pauses."""
+_UNLIMITED = Admission(ConnectionQuotas(2**31 - 1, 2**31 - 1), MemoryPool(None))
 
 
 class Connection(asyncio.Protocol):
@@ -35,17 +46,29 @@ class Connection(asyncio.Protocol):
         listener: str,
         max_request_bytes: int,
         registry: set[Connection],
+        admission: Admission = _UNLIMITED,
     ) -> None:
         self._dispatcher = dispatcher
         self._listener = listener
-        self._frames: deque[bytes] = deque()
+        self._frames: deque[tuple[bytes, int]] = deque()
+        """Requests read and waiting, each with the bytes it holds of the memory pool."""
+        self._queued_bytes = 0
         self._reader = FrameReader(max_request_bytes)
+        self._max_request_bytes = max_request_bytes
         self._registry = registry
+        self._admission = admission
+        self._ip: str | None = None
+        """The address counted against the connection quotas, once admitted."""
+        self._receiving: int | None = None
+        """Pool bytes reserved for the request being received (None: none yet)."""
+        self._small_held = False
+        """This connection holds its one small request outside the pool."""
         self._transport: asyncio.Transport | None = None
         self._wakeup = asyncio.Event()
         self._writable = asyncio.Event()
         self._writable.set()
-        self._reading_paused = False
+        self._paused: set[str] = set()
+        """Why reading is paused: "read-ahead", "memory"."""
         self._closing = False
         self._task: asyncio.Task[None] | None = None
         self.busy = False
@@ -61,25 +84,93 @@ class Connection(asyncio.Protocol):
         self._transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        ip = str(peer[0]) if isinstance(peer, tuple) else self.peer
+        refused = self._admission.quotas.admit(ip)
+        if refused is not None:
+            log.info("rejected connection from %s: %s", ip, refused)
+            self._closing = True
+            transport.close()
+            return
+        self._ip = ip
         self._registry.add(self)
         self._task = asyncio.get_running_loop().create_task(self._serve())
 
     def data_received(self, data: bytes) -> None:
+        if self._ip is None:
+            return  # refused
         self.last_active = time.monotonic()
         self._reader.receive_data(data)
+        self._take_frames()
+
+    def _take_frames(self) -> None:
+        """Cut what has arrived into requests, each once it has its share of memory."""
+        if self._closing:
+            return
+        reader = self._reader
         try:
-            while (frame := self._reader.next_frame()) is not None:
-                self._frames.append(frame)
+            while (size := reader.pending_frame_size()) is not None:
+                if self._receiving is None and 0 <= size <= self._max_request_bytes:
+                    if "memory" in self._paused:
+                        break  # already waiting for memory
+                    if not self._reserve(size):
+                        self._pause("memory")
+                        self._admission.pool.wait(self._memory_released)
+                        break
+                frame = reader.next_frame()  # raises for a size out of bounds
+                if frame is None:
+                    break
+                self._frames.append((frame, self._receiving or 0))
+                self._queued_bytes += len(frame)
+                self._receiving = None
         except MalformedInput as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
             self.abort()
             return
         if self._frames:
             self._wakeup.set()
-        if len(self._frames) >= MAX_QUEUED_REQUESTS and not self._reading_paused:
-            assert self._transport is not None
+        if len(self._frames) >= MAX_QUEUED_REQUESTS or self._queued_bytes >= MAX_READ_AHEAD_BYTES:
+            self._pause("read-ahead")
+
+    def _reserve(self, size: int) -> bool:
+        """Memory for a request of `size` bytes: the connection's one small request outside the
+        pool, or a share of `queued.max.request.bytes`. Sets `_receiving` if granted."""
+        if size <= SMALL_REQUEST_BYTES and not self._small_held:
+            self._small_held = True
+            self._receiving = -1
+            return True
+        if not self._admission.pool.try_reserve(size):
+            return False
+        self._receiving = size
+        return True
+
+    def _release(self, reserved: int) -> None:
+        if reserved < 0:
+            self._small_held = False
+            if "memory" in self._paused:
+                self._memory_released()  # this connection's own small request may go next
+        elif reserved:
+            self._admission.pool.release(reserved)
+
+    def _memory_released(self) -> None:
+        if self._closing or "memory" not in self._paused:
+            return
+        self._admission.pool.forget(self._memory_released)
+        self._resume("memory")
+        self._take_frames()
+
+    def _pause(self, reason: str) -> None:
+        if reason in self._paused:
+            return
+        if not self._paused and self._transport is not None:
             self._transport.pause_reading()
-            self._reading_paused = True
+        self._paused.add(reason)
+
+    def _resume(self, reason: str) -> None:
+        if reason not in self._paused:
+            return
+        self._paused.discard(reason)
+        if not self._paused and self._transport is not None and not self._closing:
+            self._transport.resume_reading()
 
     def eof_received(self) -> bool | None:
         self._closing = True
@@ -93,6 +184,21 @@ class Connection(asyncio.Protocol):
         self._writable.set()
         if self._task is not None and not self.busy:
             self._task.cancel()
+        if self._ip is not None:
+            self._admission.quotas.release(self._ip)
+            self._ip = None
+            self._drop_queued()
+
+    def _drop_queued(self) -> None:
+        """Give back the memory of every request not processed (the connection is going)."""
+        self._admission.pool.forget(self._memory_released)
+        while self._frames:
+            frame, reserved = self._frames.popleft()
+            self._queued_bytes -= len(frame)
+            self._release(reserved)
+        if self._receiving is not None:
+            self._release(self._receiving)
+            self._receiving = None
 
     def pause_writing(self) -> None:
         self._writable.clear()
@@ -120,10 +226,13 @@ class Connection(asyncio.Protocol):
                     self.waiting_on_peer = False
                 if transport.is_closing():
                     return
-                frame = self._frames.popleft()
-                if self._reading_paused and len(self._frames) < MAX_QUEUED_REQUESTS // 2:
-                    transport.resume_reading()
-                    self._reading_paused = False
+                frame, reserved = self._frames.popleft()
+                self._queued_bytes -= len(frame)
+                if (
+                    len(self._frames) < MAX_QUEUED_REQUESTS // 2
+                    and self._queued_bytes < MAX_READ_AHEAD_BYTES // 2
+                ):
+                    self._resume("read-ahead")
                 self.busy = True
                 try:
                     response = await self._dispatcher.dispatch(frame, self._listener, self.peer)
@@ -133,6 +242,8 @@ class Connection(asyncio.Protocol):
                     return
                 finally:
                     self.busy = False
+                    del frame
+                    self._release(reserved)
                 if response is not None:
                     self.busy = self.waiting_on_peer = True
                     try:
@@ -175,9 +286,9 @@ class Connection(asyncio.Protocol):
         return self.idle or self.waiting_on_peer
 
     def close(self) -> None:
-        """Finish what is queued, then close (clean shutdown)."""
+        """Finish what is being processed, then close (clean shutdown)."""
         self._closing = True
-        self._frames.clear()
+        self._drop_queued()
         self._wakeup.set()
 
     def abort(self) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from broker.config import BrokerConfig, Listener
 
+from .admission import Admission, ConnectionQuotas, MemoryPool
 from .connection import Connection
 from .dispatcher import Dispatcher
 
@@ -37,6 +38,16 @@ class BrokerServer:
         self._dispatcher = dispatcher
         self._servers: list[asyncio.Server] = []
         self._connections: set[Connection] = set()
+        self.admission = Admission(
+            ConnectionQuotas(
+                config.max_connections,
+                config.max_connections_per_ip,
+                config.max_connections_per_ip_overrides,
+            ),
+            MemoryPool(
+                config.queued_max_request_bytes if config.queued_max_request_bytes > 0 else None
+            ),
+        )
         self._sweeper: asyncio.Task[None] | None = None
         self.bound: list[BoundListener] = []
 
@@ -64,6 +75,7 @@ class BrokerServer:
             listener.name,
             self._config.socket_request_max_bytes,
             self._connections,
+            self.admission,
         )
 
     async def _close_idle_connections(self) -> None:

@@ -37,6 +37,26 @@ def test_kafka_defaults() -> None:
     assert config.connections_max_idle_ms == 600_000
     assert config.log.retention_ms == 7 * 24 * 3600 * 1000
     assert config.log.segment_bytes == 1024**3
+    assert config.max_connections == config.max_connections_per_ip == 2**31 - 1
+    assert config.queued_max_request_bytes == -1
+    assert config.log_cleaner_enable is True
+    assert config.log_cleaner_backoff_ms == 15_000
+    assert config.log_cleaner_dedupe_buffer_size == 128 * 1024 * 1024
+
+
+def test_admission_settings() -> None:
+    config = BrokerConfig.from_properties(
+        {
+            "max.connections": "1000",
+            "max.connections.per.ip": "100",
+            "max.connections.per.ip.overrides": "10.0.0.1:5, [::1]:0",
+            "queued.max.request.bytes": "67108864",
+        }
+    )
+    assert config.max_connections == 1000
+    assert config.max_connections_per_ip == 100
+    assert config.max_connections_per_ip_overrides == {"10.0.0.1": 5, "::1": 0}
+    assert config.queued_max_request_bytes == 64 * 1024 * 1024
 
 
 def test_listeners_and_advertised_listeners() -> None:
@@ -78,6 +98,11 @@ def test_broker_level_log_settings_become_topic_defaults_with_kafkas_precedence(
         ({"node.id": "2", "controller.quorum.voters": "1@h:9093"}, "controller.quorum.voters"),
         ({"log.retention.hours": "soon"}, "log.retention.hours"),
         ({"log.cleanup.policy": "shred"}, "log.cleanup.policy"),
+        ({"max.connections": "-1"}, "max.connections"),
+        ({"max.connections.per.ip.overrides": "10.0.0.1"}, "max.connections.per.ip.overrides"),
+        ({"queued.max.request.bytes": "0"}, "queued.max.request.bytes"),
+        ({"log.cleaner.enable": "maybe"}, "log.cleaner.enable"),
+        ({"log.cleaner.backoff.ms": "-5"}, "log.cleaner.backoff.ms"),
     ],
 )
 def test_invalid_values_name_the_key(properties: dict[str, str], key: str) -> None:
