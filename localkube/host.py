@@ -44,6 +44,10 @@ DEBIAN_PACKAGES = {
     "dockerd": "docker.io",
     # A client the integration tests drive.
     "kcat": "kcat",
+    # Apache Kafka's broker and tools, the integration tests' and benchmarks' peer: Maven
+    # fetches their jars from Maven Central, Java 17 runs them.
+    "mvn": "maven",
+    "java": "openjdk-17-jre-headless",
 }
 """What the project uses that Debian ships, by the command (or file) that shows it is installed.
 A fresh machine has none of these: `make test` installs the missing ones (`python -m localkube

@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import fcntl
+import hashlib
 import os
 import shutil
 import signal
@@ -31,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 import zipfile
 from collections.abc import Iterator, Mapping
@@ -126,10 +128,9 @@ def cache_dir(version: str = KAFKA_VERSION) -> Path:
     return Path(root) / "kafka" / version
 
 
-def _pom(version: str, artifacts: tuple[tuple[str, str, str], ...] | None = None) -> str:
-    if artifacts is None:
-        kafka = tuple(("org.apache.kafka", artifact, version) for artifact in _KAFKA_ARTIFACTS)
-        artifacts = (*kafka, _LOGGING)
+def _pom(version: str) -> str:
+    kafka = tuple(("org.apache.kafka", artifact, version) for artifact in _KAFKA_ARTIFACTS)
+    artifacts = (*kafka, _LOGGING)
     dependencies = "".join(
         f"<dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
         f"<version>{v}</version></dependency>\n"
@@ -225,12 +226,15 @@ def protocol_schemas(version: str = KAFKA_VERSION) -> Path:
             work = Path(scratch)
             libs = home / "libs"
             if not (libs / _COMPLETE).exists():
-                artifacts = tuple(("org.apache.kafka", jar, version) for jar in _SCHEMA_JARS)
-                (work / "pom.xml").write_text(_pom(version, artifacts))
-                _copy_dependencies(
-                    work, f"Kafka {version}'s schema jars", "-DexcludeTransitive=true"
-                )
+                # Straight from Maven Central over HTTPS, checked against its SHA-512: the unit
+                # tier must not need Maven (or Java) on a fresh machine.
                 libs = work / "libs"
+                libs.mkdir()
+                for jar in _SCHEMA_JARS:
+                    _download_checked(
+                        f"{MAVEN_CENTRAL}/org/apache/kafka/{jar}/{version}/{jar}-{version}.jar",
+                        libs / f"{jar}-{version}.jar",
+                    )
             tree = work / "protocol"
             for jar, (prefix, folder) in _SCHEMA_JARS.items():
                 (tree / folder).mkdir(parents=True)
@@ -249,6 +253,28 @@ def protocol_schemas(version: str = KAFKA_VERSION) -> Path:
             shutil.rmtree(root, ignore_errors=True)
             tree.rename(root)
     return root
+
+
+MAVEN_CENTRAL = "https://repo.maven.apache.org/maven2"
+
+
+def _download_checked(url: str, target: Path) -> None:
+    """`url` into `target`, refused unless it matches the SHA-512 Maven Central publishes."""
+    try:
+        with urllib.request.urlopen(url + ".sha512", timeout=60) as answer:
+            expected = answer.read().decode().split()[0].strip().lower()
+        digest = hashlib.sha512()
+        with (
+            urllib.request.urlopen(url, timeout=_FETCH_TIMEOUT) as answer,
+            target.open("wb") as out,
+        ):
+            while chunk := answer.read(1 << 20):
+                digest.update(chunk)
+                out.write(chunk)
+    except OSError as exc:
+        raise RuntimeError(f"could not download {url}: {exc}") from exc
+    if digest.hexdigest() != expected:
+        raise RuntimeError(f"{url}: SHA-512 {digest.hexdigest()} is not the published {expected}")
 
 
 def _java(libs: Path, log_config: Path, main_class: str, heap: str, *jvm_options: str) -> list[str]:
