@@ -21,7 +21,7 @@ from broker.groups.api import GroupConfig
 from broker.groups.persistence import LogGroupLog
 from broker.groups.service import GroupService
 from broker.handlers import NodeState, build_dispatcher
-from broker.handlers.context import OFFSETS_TOPIC, Endpoint, wall_clock_ms
+from broker.handlers.context import OFFSETS_TOPIC, Endpoint, steady_clock_ms, wall_clock_ms
 from broker.kraft import MetadataService
 from broker.metadata import MetadataImage, PartitionChanged
 from broker.metrics import BrokerMetrics, MetricsEndpoint
@@ -129,10 +129,11 @@ class Node:
                 replicas.apply(PartitionChanged(topic, index, partition))
         replicas.remove_strays()
         metadata.subscribers.append(replicas.apply)
+        group_clock = steady_clock_ms()
         groups = self.groups = GroupService(
             self._group_config(image),
-            LogGroupLog(self._offsets_log, self.clock, leader_epoch=self._offsets_epoch),
-            now_ms=self.clock,
+            LogGroupLog(self._offsets_log, group_clock, leader_epoch=self._offsets_epoch),
+            now_ms=group_clock,
         )
         await groups.start()
         self.state = NodeState(

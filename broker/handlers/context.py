@@ -23,6 +23,7 @@ __all__ = [
     "TOPIC_OPERATIONS",
     "Endpoint",
     "NodeState",
+    "steady_clock_ms",
     "wall_clock_ms",
 ]
 
@@ -55,6 +56,22 @@ log = logging.getLogger(__name__)
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def steady_clock_ms() -> Callable[[], int]:
+    """A clock in milliseconds since the epoch that is never stepped: the wall clock as it
+    read when this was called, advanced by the monotonic clock since. Consumer group session,
+    rebalance and sync deadlines run on it (Kafka's timers use `System.nanoTime`), so an NTP
+    step or an operator changing the date neither expires every member at once nor keeps a
+    dead one forever; it stays within the wall clock's drift of the time records are stamped
+    with."""
+    wall = time.time_ns()
+    start = time.monotonic_ns()
+
+    def now_ms() -> int:
+        return (wall + time.monotonic_ns() - start) // 1_000_000
+
+    return now_ms
 
 
 @dataclass(frozen=True, slots=True)
