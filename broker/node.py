@@ -93,6 +93,7 @@ class Node:
             producer_id_expiration_ms=config.producer_id_expiration_ms,
             retention_check_interval_ms=config.log_retention_check_interval_ms,
             dedupe_buffer_size=config.log_cleaner_dedupe_buffer_size,
+            background_flush=True,
         )
         self.clock = wall_clock_ms
         self.metadata: MetadataService | None = None

@@ -16,6 +16,7 @@ import bisect
 import re
 import struct
 from collections.abc import Iterator
+from concurrent.futures import Executor, Future
 from pathlib import Path
 from typing import NamedTuple
 
@@ -32,7 +33,7 @@ from broker.protocol.records import (
 from .cleaner import complete_interrupted_swaps
 from .config import LogConfig
 from .epochs import LeaderEpochCache
-from .errors import CorruptRecordError, OffsetOutOfRange, RecordTooLarge
+from .errors import CorruptRecordError, LogDirFailure, OffsetOutOfRange, RecordTooLarge
 from .producer_state import PRODUCER_ID_EXPIRATION_MS, BatchMetadata, ProducerStateManager
 from .segments import DELETED_SUFFIX, FileSlice, LogSegment
 from .validation import check_client_batch, check_max_timestamp, prepare
@@ -106,6 +107,11 @@ class Log:
         self.recovery_point = self.log_end_offset
         self._unflushed_records = 0
         self._last_flush_ms = now_ms
+        self.flusher: Executor | None = None
+        """Where a rolled segment is fsynced (the log manager's flush thread), so that a roll
+        does not wait for the disk; None: at once, in the caller's thread."""
+        self._flushes: list[tuple[Future[None], int]] = []
+        """Background fsyncs under way, each with the recovery point it makes true."""
         # After the recovery flush: a snapshot written here describes data already on disk.
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.producer_state = ProducerStateManager(directory)
@@ -376,9 +382,15 @@ class Log:
         previous = self.active_segment
         if previous.size == 0 and previous.base_offset == base:
             return previous
-        previous.flush()
-        # Every segment before the new one is now on disk: recovery can start from here.
-        self.recovery_point = max(self.recovery_point, previous.next_offset)
+        if self.flusher is None or previous.size == 0:
+            previous.flush()
+            # Every segment before the new one is now on disk: recovery can start from here.
+            self.recovery_point = max(self.recovery_point, previous.next_offset)
+        else:
+            # As Kafka's roll, which schedules the old segment's flush: the recovery point
+            # moves once it is done (`complete_flushes`).
+            flush = self.flusher.submit(previous.flush_detached())
+            self._flushes.append((flush, previous.next_offset))
         if previous.size == 0:
             # An empty segment carries nothing: replace it rather than leave a hole.
             self.segments.pop()
@@ -402,6 +414,21 @@ class Log:
             or now_ms - self._last_flush_ms >= self.config.flush_ms
         ):
             self.flush(now_ms)
+
+    def complete_flushes(self) -> None:
+        """Take in the background fsyncs that are done: the recovery point moves past each
+        segment on disk; one that failed raises LogDirFailure (the disk let it down)."""
+        pending = []
+        for flush, offset in self._flushes:
+            if not flush.done():
+                pending.append((flush, offset))
+                continue
+            error = flush.exception()
+            if error is not None:
+                self._flushes = pending
+                raise LogDirFailure(f"{self.directory.name}: fsync of a rolled segment: {error}")
+            self.recovery_point = max(self.recovery_point, offset)
+        self._flushes = pending
 
     def flush(self, now_ms: int) -> None:
         """fsync every segment holding data past the recovery point, then move it."""

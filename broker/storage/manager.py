@@ -33,6 +33,7 @@ import resource
 import shutil
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -126,6 +127,7 @@ class LogManager:
         producer_id_expiration_check_interval_ms: int = 600_000,
         retention_check_interval_ms: int = 300_000,
         dedupe_buffer_size: int = DEDUPE_BUFFER_SIZE,
+        background_flush: bool = False,
     ) -> None:
         """`checkpoint_interval_ms`: how often `tick` writes the recovery-point and log-start
         checkpoints (Kafka's `log.flush.offset.checkpoint.interval.ms`, 1 minute).
@@ -135,7 +137,8 @@ class LogManager:
         looks for them. `retention_check_interval_ms`: Kafka's
         `log.retention.check.interval.ms` (5 minutes), how often `tick` applies retention.
         `dedupe_buffer_size`: `log.cleaner.dedupe.buffer.size`, the bytes a round's offset map
-        may take."""
+        may take. `background_flush`: fsync rolled segments on a thread of the manager's own
+        (the node's choice, so a roll never waits for the disk; tests keep them inline)."""
         if not log_dirs:
             raise ValueError("at least one log dir is required (log.dirs)")
         self.log_dirs = [Path(d) for d in log_dirs]
@@ -159,6 +162,11 @@ class LogManager:
         """Partitions the cleaner gave up on, and why (Kafka's uncleanable partitions): left
         out of compaction until the partition is recreated or the node restarts."""
         self.cleaning: CleaningRound | None = None
+        self._flusher = (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-flush")
+            if background_flush
+            else None
+        )
         self._locked: set[Path] = set()
         self._fd_estimate = len(os.listdir("/proc/self/fd"))
         """Descriptors open in this process, give or take the ones opened since the last
@@ -250,6 +258,7 @@ class LogManager:
                     self.offline[key],
                 )
                 continue
+            log.flusher = self._flusher
             self.logs[key] = log
             self._dir_of[key] = log_dir
             self._fd_estimate += len(log.segments)
@@ -274,6 +283,8 @@ class LogManager:
     def shutdown(self, now_ms: int) -> None:
         """Clean shutdown: flush and close every log, checkpoint, and leave the marker that
         lets the next start skip recovery."""
+        if self._flusher is not None:
+            self._flusher.shutdown(wait=True)  # the rolled segments' fsyncs finish first
         for log in self.logs.values():
             log.close(now_ms)
         for pending in self._pending:
@@ -325,6 +336,7 @@ class LogManager:
             now_ms=now_ms,
             producer_id_expiration_ms=self.producer_id_expiration_ms,
         )
+        log.flusher = self._flusher
         self.logs[key] = log
         self._dir_of[key] = log_dir
         self._fd_estimate += len(log.segments)
@@ -420,6 +432,7 @@ class LogManager:
         cleaning = None if self.cleaning is None else self.cleaning.key
         for key, log in self:
             try:
+                log.complete_flushes()
                 # As in Kafka, retention waits for a round in progress on the same log.
                 retain = apply_retention and key != cleaning
                 doomed = log.delete_old_segments(now_ms) if retain else []

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import struct
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -436,6 +436,33 @@ class LogSegment:
         os.fsync(self.fd)
         self.offset_index.flush(fsync=True)
         self.time_index.flush(fsync=True)
+
+    def flush_detached(self) -> Callable[[], None]:
+        """Write the indexes' new entries now, and return the fsyncs left (the log file, then
+        both indexes) as a call that may run on another thread: it has its own descriptor of
+        the log file, so the segment may be closed, deleted or renamed meanwhile (an index
+        renamed away is not fsynced: it was deleted or replaced by then)."""
+        self.offset_index.flush()
+        self.time_index.flush()
+        log_fd = os.dup(self.fd)
+        index_paths = (self.offset_index.path, self.time_index.path)
+
+        def fsync() -> None:
+            try:
+                os.fsync(log_fd)
+            finally:
+                os.close(log_fd)
+            for path in index_paths:
+                try:
+                    fd = os.open(path, os.O_RDONLY)
+                except FileNotFoundError:
+                    continue
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+
+        return fsync
 
     def flush_to_os(self) -> None:
         self.offset_index.flush()

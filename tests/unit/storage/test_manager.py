@@ -3,8 +3,12 @@ partitions, deferred deletion."""
 
 from __future__ import annotations
 
+import errno
+import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -298,3 +302,68 @@ def test_a_topic_deleted_during_a_round_aborts_it_and_its_directory_waits(tmp_pa
     assert not deleted.exists()
     assert read_offset_checkpoint(tmp_path / "cleaner-offset-checkpoint") == {}
     manager.shutdown(now_ms=202)
+
+
+# -- rolled segments are fsynced off the caller's thread ---------------------------------------
+
+
+def _record_fsyncs(
+    monkeypatch: pytest.MonkeyPatch, fail_on_flush_thread: bool = False
+) -> list[tuple[str, str]]:
+    """Every fsync as (thread name, file name). `fail_on_flush_thread` fakes a disk that fails
+    fsync with EIO there: a real one cannot be made to fail on cue here."""
+    seen: list[tuple[str, str]] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        thread = threading.current_thread().name
+        seen.append((thread, Path(os.readlink(f"/proc/self/fd/{fd}")).name))
+        if fail_on_flush_thread and thread.startswith("log-flush"):
+            raise OSError(errno.EIO, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return seen
+
+
+def test_a_roll_leaves_the_old_segments_fsync_to_the_flush_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager = LogManager([tmp_path], CONFIG, background_flush=True)
+    manager.startup(now_ms=0)
+    log = manager.create_log("t", 0, now_ms=0)
+    log.append_as_leader(_batch(), leader_epoch=0, now_ms=0)
+    seen = _record_fsyncs(monkeypatch)
+
+    rolled = log.active_segment.log_path.name
+    log.roll(now_ms=1)
+    deadline = time.monotonic() + 10
+    while log.recovery_point == 0 and time.monotonic() < deadline:
+        manager.tick(now_ms=2)
+        time.sleep(0.01)
+
+    assert log.recovery_point == 3
+    assert [thread for thread, name in seen if name == rolled] == ["log-flush_0"]
+    manager.shutdown(now_ms=3)
+
+
+def test_a_failed_background_fsync_takes_the_log_dir_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager = LogManager([tmp_path], CONFIG, background_flush=True)
+    manager.startup(now_ms=0)
+    log = manager.create_log("t", 0, now_ms=0)
+    log.append_as_leader(_batch(), leader_epoch=0, now_ms=0)
+    _record_fsyncs(monkeypatch, fail_on_flush_thread=True)
+
+    log.roll(now_ms=1)
+    deadline = time.monotonic() + 10
+    while ("t", 0) not in manager.offline and time.monotonic() < deadline:
+        manager.tick(now_ms=2)
+        time.sleep(0.01)
+
+    assert "fsync of a rolled segment" in manager.offline[("t", 0)]
+    assert tmp_path in manager.offline_dirs
+    assert log.recovery_point == 0
+    manager.shutdown(now_ms=3)
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
