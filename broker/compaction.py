@@ -103,7 +103,11 @@ class CleanerWorker:
         try:
             kind, value = await loop.run_in_executor(None, _exchange, conn, job)
         except (EOFError, OSError) as exc:
-            code = None if self._process is None else self._process.exitcode
+            code = None
+            if self._process is not None:
+                # Its end of the pipe closes as it dies: wait (off the loop) for it to be reaped.
+                await loop.run_in_executor(None, self._process.join, 5)
+                code = self._process.exitcode
             self.close()
             raise CleanerDied(f"the log cleaner worker ended (exit code {code}): {exc}") from None
         if kind == "error":

@@ -33,7 +33,7 @@ import resource
 import shutil
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -167,6 +167,7 @@ class LogManager:
             if background_flush
             else None
         )
+        self._checkpoint_writes: list[tuple[Future[None], Path]] = []
         self._locked: set[Path] = set()
         self._fd_estimate = len(os.listdir("/proc/self/fd"))
         """Descriptors open in this process, give or take the ones opened since the last
@@ -285,6 +286,7 @@ class LogManager:
         lets the next start skip recovery."""
         if self._flusher is not None:
             self._flusher.shutdown(wait=True)  # the rolled segments' fsyncs finish first
+            self._flusher = None
         for log in self.logs.values():
             log.close(now_ms)
         for pending in self._pending:
@@ -429,6 +431,7 @@ class LogManager:
         apply_retention = now_ms - self._last_retention_ms >= self.retention_check_interval_ms
         if apply_retention:
             self._last_retention_ms = now_ms
+        self._complete_checkpoints()
         cleaning = None if self.cleaning is None else self.cleaning.key
         for key, log in self:
             try:
@@ -522,7 +525,7 @@ class LogManager:
         if self.logs.get(key) is not log:
             raise CleaningAborted(f"{key[0]}-{key[1]} went away while it was cleaned")
         self._first_dirty[key] = compaction.first_dirty_offset
-        self._write_checkpoints(self._dir_of[key])
+        self._write_checkpoints(self._dir_of[key], wait=False)
         round_.result = result_of(compaction, retired)
 
     def cleaning_failed(self, round_: CleaningRound, exc: BaseException) -> None:
@@ -562,28 +565,52 @@ class LogManager:
             shutil.rmtree(pending.directory, ignore_errors=True)
 
     def checkpoint(self) -> None:
+        """Write every online log dir's checkpoints, on the flush thread when there is one (the
+        caller does not wait; a write that fails takes its dir offline at the next `tick`)."""
         for log_dir in self.log_dirs:
             if log_dir in self.offline_dirs:
                 continue
             try:
-                self._write_checkpoints(log_dir)
+                self._write_checkpoints(log_dir, wait=False)
             except OSError as exc:
-                any_key = next((k for k, d in self._dir_of.items() if d == log_dir), None)
-                if any_key is None:
-                    self.offline_dirs[log_dir] = f"checkpoint failed: {exc}"
-                else:
-                    self.fail_dir_of(*any_key, f"checkpoint failed: {exc}")
+                self._checkpoint_failed(log_dir, exc)
 
-    def _write_checkpoints(self, log_dir: Path) -> None:
+    def _checkpoint_failed(self, log_dir: Path, exc: BaseException) -> None:
+        any_key = next((k for k, d in self._dir_of.items() if d == log_dir), None)
+        if any_key is None:
+            self.offline_dirs[log_dir] = f"checkpoint failed: {exc}"
+        else:
+            self.fail_dir_of(*any_key, f"checkpoint failed: {exc}")
+
+    def _complete_checkpoints(self) -> None:
+        pending = []
+        for write, log_dir in self._checkpoint_writes:
+            if not write.done():
+                pending.append((write, log_dir))
+            elif (error := write.exception()) is not None and log_dir not in self.offline_dirs:
+                self._checkpoint_failed(log_dir, error)
+        self._checkpoint_writes = pending
+
+    def _write_checkpoints(self, log_dir: Path, *, wait: bool = True) -> None:
+        """The dir's recovery-point, log-start and cleaner checkpoints as of now. With a flush
+        thread, they are written there, in order with every other write of the dir (so an
+        older one never lands after a newer one); `wait` for it when the caller's answer
+        depends on it being on disk."""
         logs = {tp: log for tp, log in self.logs.items() if self._dir_of.get(tp) == log_dir}
-        write_offset_checkpoint(
-            log_dir / RECOVERY_POINT_CHECKPOINT,
-            {tp: log.recovery_point for tp, log in logs.items()},
-        )
-        write_offset_checkpoint(
-            log_dir / LOG_START_OFFSET_CHECKPOINT,
-            {tp: log.log_start_offset for tp, log in logs.items()},
-        )
-        write_cleaner_checkpoint(
-            log_dir, {tp: offset for tp, offset in self._first_dirty.items() if tp in logs}
-        )
+        recovery = {tp: log.recovery_point for tp, log in logs.items()}
+        starts = {tp: log.log_start_offset for tp, log in logs.items()}
+        dirty = {tp: offset for tp, offset in self._first_dirty.items() if tp in logs}
+
+        def write() -> None:
+            write_offset_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT, recovery)
+            write_offset_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT, starts)
+            write_cleaner_checkpoint(log_dir, dirty)
+
+        if self._flusher is None:
+            write()
+            return
+        done = self._flusher.submit(write)
+        if wait:
+            done.result()
+        else:
+            self._checkpoint_writes.append((done, log_dir))

@@ -367,3 +367,26 @@ def test_a_failed_background_fsync_takes_the_log_dir_offline(
     assert log.recovery_point == 0
     manager.shutdown(now_ms=3)
     assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+
+
+def test_periodic_checkpoints_are_written_on_the_flush_thread_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager = LogManager([tmp_path], CONFIG, background_flush=True, checkpoint_interval_ms=10)
+    manager.startup(now_ms=0)
+    log = manager.create_log("t", 0, now_ms=0)
+    seen = _record_fsyncs(monkeypatch)
+
+    for i in range(3):
+        log.append_as_leader(_batch(), leader_epoch=0, now_ms=i)
+        log.flush(now_ms=i)
+        manager.tick(now_ms=100 * (i + 1))  # each tick queues a checkpoint of the new point
+    manager.delete_records("t", 0, 2)  # answered once its checkpoint is on disk
+
+    dir_checkpoints = ("recovery-point", "log-start", "cleaner")
+    checkpoint_fsyncs = [t for t, name in seen if name.startswith(dir_checkpoints)]
+    assert checkpoint_fsyncs
+    assert set(checkpoint_fsyncs) == {"log-flush_0"}
+    assert read_offset_checkpoint(tmp_path / "log-start-offset-checkpoint") == {("t", 0): 2}
+    assert read_offset_checkpoint(tmp_path / "recovery-point-offset-checkpoint") == {("t", 0): 9}
+    manager.shutdown(now_ms=1_000)
