@@ -71,6 +71,8 @@ class Connection(asyncio.Protocol):
         """Why reading is paused: "read-ahead", "memory"."""
         self._closing = False
         self._task: asyncio.Task[None] | None = None
+        self._sending: asyncio.Future[None] | None = None
+        """The file region being sent, while one is."""
         self.busy = False
         self.waiting_on_peer = False
         """Blocked until the client reads what it was sent."""
@@ -184,6 +186,8 @@ class Connection(asyncio.Protocol):
         self._writable.set()
         if self._task is not None and not self.busy:
             self._task.cancel()
+        if self._sending is not None:
+            self._sending.cancel()  # the response cannot be completed: release its regions
         if self._ip is not None:
             self._admission.quotas.release(self._ip)
             self._ip = None
@@ -267,7 +271,13 @@ class Connection(asyncio.Protocol):
                 if isinstance(part, bytes):
                     transport.write(part)
                 else:
-                    await send_region(transport, part)
+                    # A task of its own, so that a connection lost meanwhile can cancel it:
+                    # `loop.sendfile` never wakes up once the transport has closed its socket.
+                    self._sending = asyncio.ensure_future(send_region(transport, part))
+                    try:
+                        await self._sending
+                    finally:
+                        self._sending = None
         except OSError as exc:
             log.info("closing connection to %s: sending a response failed: %s", self.peer, exc)
             transport.abort()
@@ -293,8 +303,17 @@ class Connection(asyncio.Protocol):
 
     def abort(self) -> None:
         self._closing = True
-        if self._transport is not None:
-            self._transport.abort()
+        transport = self._transport
+        if transport is None:
+            return
+        sending = self._sending
+        if sending is not None and not sending.done():
+            # Let the region's sendfile unwind before the socket goes (asyncio's own cleanup
+            # of an interrupted sendfile fails once the transport has closed it).
+            sending.cancel()
+            sending.add_done_callback(lambda _: transport.abort())
+        else:
+            transport.abort()
 
     async def wait_closed(self) -> None:
         if self._task is not None:

@@ -256,6 +256,17 @@ def _open_files(process: subprocess.Popen[str]) -> int:
     return len(os.listdir(f"/proc/{process.pid}/fd"))
 
 
+def _segment_descriptors(process: subprocess.Popen[str], topic: str) -> int:
+    """Descriptors the broker holds on the topic's `.log` files: one per segment, plus one per
+    Fetch response region pinned while it waits for the socket."""
+    held = 0
+    for fd in os.listdir(f"/proc/{process.pid}/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/{process.pid}/fd/{fd}")
+            held += f"/{topic}-0/" in target and target.endswith(".log")
+    return held
+
+
 def test_a_consumer_that_stops_reading_is_cut_off_after_the_idle_timeout(
     tmp_path: Path,
 ) -> None:
@@ -270,17 +281,25 @@ def test_a_consumer_that_stops_reading_is_cut_off_after_the_idle_timeout(
             producer.poll(0)
         assert producer.flush(30) == 0
         baseline = _open_files(node.process)
+        segments = _segment_descriptors(node.process, "big")
         with socket.socket() as stuck:
             stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             stuck.connect(("localhost", node.port))
             stuck.sendall(_fetch_everything("big"))
-            time.sleep(0.3)
+            deadline = time.monotonic() + 10
+            while _segment_descriptors(node.process, "big") == segments:
+                assert time.monotonic() < deadline, "the response never pinned its segment"
+                time.sleep(0.05)
             with socket.create_connection(("localhost", node.port), timeout=10) as other:
                 assert _api_versions(other, 3).error_code == ErrorCode.none
             deadline = time.monotonic() + 20
-            while _open_files(node.process) > baseline and time.monotonic() < deadline:
+            while (
+                _open_files(node.process) > baseline
+                or _segment_descriptors(node.process, "big") > segments
+            ) and time.monotonic() < deadline:
                 time.sleep(0.1)
             assert _open_files(node.process) <= baseline
+            assert _segment_descriptors(node.process, "big") == segments
             received = 0
             stuck.settimeout(10)
             with contextlib.suppress(ConnectionResetError):
