@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
+import ctypes.util
 import logging
 import resource
 import sys
@@ -50,8 +52,28 @@ def _raise_open_files_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+_LARGE_ALLOCATION = 1024 * 1024
+
+
+def _return_large_buffers_to_the_system() -> None:
+    """Have glibc's malloc map every buffer of 1 MiB or more on its own and unmap it when
+    freed. By default its threshold grows to the largest buffer freed (up to 32 MiB), after
+    which request-sized buffers come from the heap and stay in the process's resident memory
+    once freed: a burst of large requests would leave the broker that much bigger for good,
+    and `queued.max.request.bytes` would bound live requests but not the memory they leave."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt(_M_MMAP_THRESHOLD, _LARGE_ALLOCATION)
+        libc.mallopt(_M_TRIM_THRESHOLD, 2 * _LARGE_ALLOCATION)
+    except (OSError, AttributeError):
+        pass  # not glibc: its allocator keeps its own policy
+
+
 def _run_node(config: BrokerConfig, banner: str | None = None) -> int:
     _raise_open_files_limit()
+    _return_large_buffers_to_the_system()
 
     async def main() -> None:
         node = Node(config)

@@ -18,7 +18,7 @@ from typing import Any
 from broker.protocol import ErrorCode
 from broker.protocol.fetch import FetchPartition, FetchResponse, FetchTopic
 from broker.replica import FetchResult
-from broker.server import RequestContext
+from broker.server import RequestContext, parked
 
 from .context import NodeState
 
@@ -38,7 +38,8 @@ class Handler:
             remaining = deadline - loop.time()
             if total >= request.min_bytes or errors or remaining <= 0 or not keys:
                 break
-            await self._replicas.wait_for_append(keys, remaining)
+            with parked():  # a client that goes away does not leave its wait behind
+                await self._replicas.wait_for_append(keys, remaining)
         # No await from the read to here: every slice is pinned before the log can change.
         responses = [
             FetchTopic(topic.topic, tuple(_partition(wanted, got) for wanted, got in partitions))

@@ -8,6 +8,7 @@ failed write leaves no half-made topic. Randomness (topic ids) is passed in.
 
 from __future__ import annotations
 
+import collections
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -145,10 +146,19 @@ class QuorumController:
         `MAX_RECORDS_PER_USER_OP` is refused whole, every topic with POLICY_VIOLATION."""
         records: list[MetadataRecord] = []
         results: list[TopicResult] = []
-        names = [r.name for r in requests]
+        # At least a TopicRecord and a PartitionRecord per partition each: a request that asks
+        # for more than one operation may write is refused before any record is built.
+        least = sum(1 + self._partitions_asked(r) for r in requests)
+        if least > MAX_RECORDS_PER_USER_OP:
+            message = (
+                f"{_EXCESSIVE}: it would write at least {least} metadata records, more than "
+                f"the {MAX_RECORDS_PER_USER_OP} one operation may write."
+            )
+            return [], [TopicResult(r.name, ErrorCode.policy_violation, message) for r in requests]
+        counts = collections.Counter(r.name for r in requests)
         creating: set[str] = set()
         for request in requests:
-            if names.count(request.name) > 1:
+            if counts[request.name] > 1:
                 results.append(
                     TopicResult(
                         request.name,
@@ -170,6 +180,13 @@ class QuorumController:
                 creating.add(request.name)
                 records.extend(topic_records)
         return records, results
+
+    def _partitions_asked(self, request: TopicRequest) -> int:
+        if request.assignments:
+            return len(request.assignments)
+        return (
+            self.num_partitions if request.num_partitions == -1 else max(request.num_partitions, 0)
+        )
 
     def _create_topic(
         self, request: TopicRequest, creating: set[str], by_broker: bool, budget: int

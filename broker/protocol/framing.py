@@ -77,7 +77,8 @@ class FrameReader:
         end = _SIZE.size + size
         if len(self._buffer) < end:
             return None
-        frame = bytes(self._buffer[_SIZE.size : end])
+        with memoryview(self._buffer) as view:
+            frame = bytes(view[_SIZE.size : end])  # one copy (a bytearray slice is another)
         # Deleting from the front of a bytearray moves its start pointer; it does not copy.
         del self._buffer[:end]
         return frame

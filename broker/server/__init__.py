@@ -4,6 +4,7 @@ What it owns: sockets, per-connection ordering and back-pressure, idle timeouts,
 order. What it must never do: interpret a request body; handlers do that.
 """
 
+from .connection import parked
 from .dispatcher import CloseConnection, Dispatcher, ErrorResponder, Handler, RequestContext
 from .server import BoundListener, BrokerServer
 
@@ -15,4 +16,5 @@ __all__ = [
     "ErrorResponder",
     "Handler",
     "RequestContext",
+    "parked",
 ]

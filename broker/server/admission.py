@@ -27,11 +27,13 @@ reads no request ahead at all).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Callable, Mapping
 
 __all__ = [
+    "HEAVY_REQUEST_BYTES",
     "MAX_QUEUED_REQUESTS",
     "MAX_READ_AHEAD_BYTES",
     "SMALL_REQUEST_BYTES",
@@ -48,6 +50,10 @@ MAX_READ_AHEAD_BYTES = 1024 * 1024
 request is still read whole: at least one is always read ahead)."""
 SMALL_REQUEST_BYTES = 64 * 1024
 """A request this small may be held outside `queued.max.request.bytes`, one per connection."""
+HEAVY_REQUEST_BYTES = 1024 * 1024
+"""Requests this large take turns, one at a time across connections: processing one holds the
+event loop for tens of milliseconds (an 8 MiB produce: 20-50 ms), and between two of them
+every small request that is ready gets its turn."""
 
 
 class ConnectionQuotas:
@@ -131,3 +137,5 @@ class Admission:
     def __init__(self, quotas: ConnectionQuotas, pool: MemoryPool) -> None:
         self.quotas = quotas
         self.pool = pool
+        self.heavy_turn = asyncio.Semaphore(1)
+        """Held while a request of `HEAVY_REQUEST_BYTES` or more is processed."""

@@ -15,13 +15,18 @@ larger than `socket.request.max.bytes`, or malformed framing, closes the connect
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+import weakref
 from collections import deque
+from collections.abc import Iterator
+from typing import Any
 
 from broker.protocol import FrameReader, MalformedInput
 
 from .admission import (
+    HEAVY_REQUEST_BYTES,
     MAX_QUEUED_REQUESTS,
     MAX_READ_AHEAD_BYTES,
     SMALL_REQUEST_BYTES,
@@ -32,9 +37,28 @@ from .admission import (
 from .dispatcher import CloseConnection, Dispatcher, Frame
 from .sendfile import send_region
 
-__all__ = ["Connection"]
+__all__ = ["Connection", "parked"]
 
 log = logging.getLogger(__name__)
+
+_PARKED: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+
+
+@contextlib.contextmanager
+def parked() -> Iterator[None]:
+    """Mark the request being processed as waiting for something that may never come (a
+    long-poll Fetch, a turn): if its client goes away meanwhile, the wait is cancelled rather
+    than outliving the connection (a Fetch may ask to wait 24 days)."""
+    task = asyncio.current_task()
+    if task is None:
+        yield
+        return
+    _PARKED.add(task)
+    try:
+        yield
+    finally:
+        _PARKED.discard(task)
+
 
 _UNLIMITED = Admission(ConnectionQuotas(2**31 - 1, 2**31 - 1), MemoryPool(None))
 
@@ -184,7 +208,7 @@ class Connection(asyncio.Protocol):
         self._registry.discard(self)
         self._wakeup.set()
         self._writable.set()
-        if self._task is not None and not self.busy:
+        if self._task is not None and (not self.busy or self._task in _PARKED):
             self._task.cancel()
         if self._sending is not None:
             self._sending.cancel()  # the response cannot be completed: release its regions
@@ -238,8 +262,16 @@ class Connection(asyncio.Protocol):
                 ):
                     self._resume("read-ahead")
                 self.busy = True
+                heavy = len(frame) >= HEAVY_REQUEST_BYTES
                 try:
-                    response = await self._dispatcher.dispatch(frame, self._listener, self.peer)
+                    if heavy:
+                        with parked():
+                            await self._admission.heavy_turn.acquire()
+                    try:
+                        response = await self._dispatcher.dispatch(frame, self._listener, self.peer)
+                    finally:
+                        if heavy:
+                            self._admission.heavy_turn.release()
                 except CloseConnection as exc:
                     log.warning("closing connection from %s: %s", self.peer, exc)
                     transport.abort()
@@ -255,6 +287,10 @@ class Connection(asyncio.Protocol):
                     finally:
                         self.busy = self.waiting_on_peer = False
                 self.last_active = time.monotonic()
+                # One request per connection per turn of the loop: most requests complete
+                # without suspending, and a client pipelining many must not hold the loop
+                # from everyone else until its queue is empty.
+                await asyncio.sleep(0)
         except asyncio.CancelledError:
             transport.abort()
             raise
