@@ -201,6 +201,8 @@ class Connection(asyncio.Protocol):
     def eof_received(self) -> bool | None:
         self._closing = True
         self._wakeup.set()
+        if self._task is not None and self._task in _PARKED:
+            self._task.cancel()  # a client that closed its end waits for no long poll
         return True  # keep the transport open until pending responses are written
 
     def connection_lost(self, exc: Exception | None) -> None:
