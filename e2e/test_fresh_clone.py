@@ -3,8 +3,8 @@ pass in a container of the project's own Debian base (bookworm with Python 3.11,
 which is what README asks of a machine) plus `make`, with nothing else installed and the clone
 placed somewhere other than where it was developed.
 
-It would have caught what issue 11 found on a fresh machine: tests that read `../shared`, and
-packages the targets used without installing them."""
+It would have caught what issue 11 found on a fresh machine: tests that read Kafka's schemas
+from a folder outside the clone, and packages the targets used without installing them."""
 
 from __future__ import annotations
 

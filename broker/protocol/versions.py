@@ -4,7 +4,7 @@
 in ApiVersions is this table restricted to the APIs with a handler (`advertised`), so clients
 never see a promise the broker cannot keep.
 
-Why these ranges (see the protocol brief under shared/reference):
+Why these ranges (ADR 0001 has the rest of the story):
 - the floors match Kafka 4's (KIP-896) so Java 4 clients negotiate normally, except where an
   older client in the field still needs a lower version: librdkafka before 2.11.1 checks for
   exact versions such as Produce v2, JoinGroup v0 and ListOffsets v1;

@@ -1,15 +1,18 @@
 """One client connection: frames in, responses out, in request order.
 
 Clients may pipeline; requests are processed one after another and responses keep their
-order. Memory per connection is bounded (`admission.py`): reading pauses while the requests
+order, one per turn of the event loop, so a pipelining client does not hold the loop from the
+others; requests of `HEAVY_REQUEST_BYTES` or more take turns across connections. A request
+waiting in `parked()` (a long-poll Fetch) is cancelled if its client goes away. Memory per
+connection is bounded (`admission.py`): reading pauses while the requests
 waiting behind the one being processed hold `MAX_READ_AHEAD_BYTES` or number
 `MAX_QUEUED_REQUESTS`, and while `queued.max.request.bytes` has nothing left for a request
 whose size prefix has arrived; the next request is not started while the transport's write
 buffer is full (a client that never reads stops being read from, and counts as idle). A
 connection over `max.connections` or `max.connections.per.ip` is closed once accepted.
 Fetch responses come as buffers around file regions; the regions go out with `sendfile`
-(`sendfile.py`). A frame
-larger than `socket.request.max.bytes`, or malformed framing, closes the connection at once.
+(`sendfile.py`). A frame larger than `socket.request.max.bytes`, or malformed framing, closes
+the connection at once.
 """
 
 from __future__ import annotations

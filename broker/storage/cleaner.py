@@ -91,7 +91,13 @@ from .config import LogConfig
 from .errors import CorruptRecordError
 from .files import fsync_dir
 from .indexes import OffsetIndex, TimeIndex
-from .segments import CLEANED_SUFFIX, SWAP_SUFFIX, LogSegment, segment_file_name
+from .segments import (
+    CLEANED_SUFFIX,
+    SWAP_SUFFIX,
+    LogSegment,
+    batch_headers,
+    segment_file_name,
+)
 
 if TYPE_CHECKING:
     from .log import Log
@@ -149,13 +155,18 @@ def write_cleaner_checkpoint(log_dir: Path, offsets: Mapping[tuple[str, int], in
 # -- deciding what to clean ----------------------------------------------------------------
 
 
-class SegmentView(Protocol):
-    """What the decisions read of a segment (a `LogSegment` is one)."""
+class SizedSegment(Protocol):
+    """Where a segment starts and how big it is: what every step of the cleaner reads."""
 
     @property
     def base_offset(self) -> int: ...
     @property
     def size(self) -> int: ...
+
+
+class SegmentView(SizedSegment, Protocol):
+    """What the decisions read of a segment (a `LogSegment` is one)."""
+
     @property
     def max_timestamp(self) -> int: ...
     @property
@@ -208,12 +219,7 @@ class CleanableRange:
         return self.dirty_ratio > config.min_cleanable_dirty_ratio
 
 
-class _Based(Protocol):
-    @property
-    def base_offset(self) -> int: ...
-
-
-def _floor(segments: Sequence[_Based], offset: int) -> int:
+def _floor(segments: Sequence[SizedSegment], offset: int) -> int:
     """Index of the segment holding `offset` (the last one based at or below it), else 0."""
     bases = [segment.base_offset for segment in segments]
     return max(bisect.bisect_right(bases, offset) - 1, 0)
@@ -324,13 +330,9 @@ def filthiest_log(
     return best
 
 
-class GroupedSegment(Protocol):
+class GroupedSegment(SizedSegment, Protocol):
     """What grouping reads of a segment (`SourceSegment` and the cleaner's own view)."""
 
-    @property
-    def base_offset(self) -> int: ...
-    @property
-    def size(self) -> int: ...
     @property
     def offset_index_bytes(self) -> int: ...
     @property
@@ -674,11 +676,7 @@ class _Source:
             raise CleaningAborted(f"{self.log_path} shrank while cleaning")
 
     def batches(self) -> Iterator[tuple[int, BatchHeader]]:
-        position = 0
-        while position + BATCH_HEADER_SIZE <= self.size:
-            header = read_batch_header(os.pread(self.fd, BATCH_HEADER_SIZE, position))
-            yield position, header
-            position += header.size
+        return batch_headers(self.fd, self.size)
 
     def read_batch(self, position: int, header: BatchHeader) -> bytes:
         return os.pread(self.fd, header.size, position)

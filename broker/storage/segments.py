@@ -32,7 +32,7 @@ from .config import LogConfig
 from .errors import LogDirFailure
 from .indexes import IndexCorrupt, OffsetIndex, TimeIndex
 
-__all__ = ["FileSlice", "LogSegment", "PinnedSlice", "segment_file_name"]
+__all__ = ["FileSlice", "LogSegment", "PinnedSlice", "batch_headers", "segment_file_name"]
 
 DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
@@ -89,6 +89,16 @@ class PinnedSlice:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+def batch_headers(fd: int, size: int, start: int = 0) -> Iterator[tuple[int, BatchHeader]]:
+    """(position, header) of every batch in the first `size` bytes of a segment file, from
+    `start` (a batch boundary), reading the 61-byte headers alone."""
+    position = start
+    while position + BATCH_HEADER_SIZE <= size:
+        header = read_batch_header(os.pread(fd, BATCH_HEADER_SIZE, position))
+        yield position, header
+        position += header.size
 
 
 class LogSegment:
@@ -194,11 +204,7 @@ class LogSegment:
         return truncated
 
     def _scan_headers(self, start: int) -> Iterator[tuple[int, BatchHeader]]:
-        position = start
-        while position + BATCH_HEADER_SIZE <= self.size:
-            header = read_batch_header(os.pread(self.fd, BATCH_HEADER_SIZE, position))
-            yield position, header
-            position += header.size
+        return batch_headers(self.fd, self.size, start)
 
     def _scan_valid(self, start: int = 0) -> Iterator[tuple[int, BatchHeader]]:
         """Batches from `start` (a batch boundary) until the first torn, corrupt or

@@ -15,67 +15,15 @@ from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 
-from broker.protocol import ApiKey, RequestHeader, build, encode_request, request_type
-from broker.protocol.records import Record, build_batch
 from tests.integration.clients import create_topic
 from tests.support.nodes import RunningNode, run_node
-from tests.support.requests import fill
-from tests.support.wire import exchange
+from tests.support.processes import resident_bytes
+from tests.support.wire import API_VERSIONS, exchange, fetch_frame, produce_frame
 
 MiB = 1024 * 1024
-
-
-def _frame(api_key: ApiKey, version: int, values: dict[str, object]) -> bytes:
-    body = fill(request_type(api_key, version), values)
-    return encode_request(RequestHeader(api_key, version, 7, "admission-test"), body)
-
-
-def _api_versions() -> bytes:
-    body = build(
-        request_type(ApiKey.API_VERSIONS, 3), client_software_name="t", client_software_version="1"
-    )
-    return encode_request(RequestHeader(ApiKey.API_VERSIONS, 3, 1, "admission-test"), body)
-
-
-def _parked_fetch(topic: str) -> bytes:
-    """A Fetch that waits 5 s for a record that never comes: the connection's later requests
-    wait behind it (requests on one connection are processed in order)."""
-    partition = {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0}
-    partition |= {"last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": MiB}
-    return _frame(
-        ApiKey.FETCH,
-        12,
-        {
-            "replica_id": -1,
-            "max_wait": timedelta(seconds=5),
-            "min_bytes": 1,
-            "max_bytes": MiB,
-            "session_epoch": -1,
-            "topics": [{"topic": topic, "partitions": [partition]}],
-        },
-    )
-
-
-def _big_produce(topic: str, size: int) -> bytes:
-    """A well-formed Produce of about `size` bytes (refused as too large once processed)."""
-    batch = build_batch([Record(0, int(time.time() * 1000), b"k", b"x" * size)])
-    return _frame(
-        ApiKey.PRODUCE,
-        9,
-        {
-            "transactional_id": None,
-            "acks": 1,
-            "timeout": timedelta(seconds=10),
-            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}],
-        },
-    )
-
-
-def _rss(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
+PARKED_FOR = timedelta(seconds=5)
+"""How long each connection's first request, a Fetch of an empty partition, waits: the
+requests sent behind it on the same connection wait with it (processed in order)."""
 
 
 def _connect(node: RunningNode, source: str = "127.0.0.1") -> socket.socket:
@@ -89,7 +37,7 @@ def _connect(node: RunningNode, source: str = "127.0.0.1") -> socket.socket:
 def _served(sock: socket.socket) -> bool:
     """Whether the broker answers an ApiVersions on `sock` (False: it closed the connection)."""
     try:
-        return exchange(sock, _api_versions()) is not None
+        return exchange(sock, API_VERSIONS) is not None
     except ConnectionError:
         return False
 
@@ -158,7 +106,7 @@ def _pipeline_behind_a_parked_fetch(
         sock = _connect(node)
         sock.setblocking(False)
         opened.append(sock)
-        pending.append((sock, memoryview(_parked_fetch("empty") + b"".join(frames))))
+        pending.append((sock, memoryview(fetch_frame("empty", PARKED_FOR) + b"".join(frames))))
     last_progress = time.monotonic()
     while pending and time.monotonic() - last_progress < 0.5:
         still: list[tuple[socket.socket, memoryview]] = []
@@ -182,11 +130,11 @@ def test_a_connection_reads_only_so_far_ahead_of_the_request_it_processes(
     parked Fetch: before, each held all 16 (160 MiB); now about 2 MiB each."""
     with run_node(tmp_path, {"socket.request.max.bytes": str(8 * MiB)}) as node:
         create_topic(node.bootstrap, "empty", 1)
-        before = _rss(node.process.pid)
+        before = resident_bytes(node.process.pid)
         with _sockets() as opened:
-            _pipeline_behind_a_parked_fetch(node, 10, [_big_produce("empty", MiB)] * 16, opened)
+            _pipeline_behind_a_parked_fetch(node, 10, [produce_frame("empty", MiB)] * 16, opened)
             time.sleep(1)
-            grown = _rss(node.process.pid) - before
+            grown = resident_bytes(node.process.pid) - before
             fresh = _keep(opened, _connect(node))
             assert _served(fresh)
         assert grown < 40 * MiB, f"the broker grew by {grown / MiB:.0f} MiB"
@@ -204,14 +152,14 @@ def test_queued_max_request_bytes_bounds_memory_and_small_requests_still_flow(
     settings = {"queued.max.request.bytes": str(4 * MiB), "socket.request.max.bytes": str(8 * MiB)}
     with run_node(tmp_path, settings) as node:
         create_topic(node.bootstrap, "empty", 1)
-        before = _rss(node.process.pid)
+        before = resident_bytes(node.process.pid)
         with _sockets() as opened:
-            _pipeline_behind_a_parked_fetch(node, 10, [_big_produce("empty", 3 * MiB)] * 4, opened)
+            _pipeline_behind_a_parked_fetch(node, 10, [produce_frame("empty", 3 * MiB)] * 4, opened)
             time.sleep(1)
-            grown = _rss(node.process.pid) - before
+            grown = resident_bytes(node.process.pid) - before
             assert _served(_keep(opened, _connect(node)))
         assert grown < 30 * MiB, f"the broker grew by {grown / MiB:.0f} MiB"
 
         with _connect(node) as sock:  # the pool is free again: a 3 MiB request is processed
             sock.settimeout(20)
-            assert exchange(sock, _big_produce("empty", 3 * MiB)) is not None
+            assert exchange(sock, produce_frame("empty", 3 * MiB)) is not None

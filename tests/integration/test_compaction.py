@@ -21,6 +21,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.integration.clients import QUIET, admin_client, create_topic, read_all
 from tests.support.nodes import RunningNode, run_node
+from tests.support.processes import descendants
 
 CLEANER = {"log.cleaner.backoff.ms": "100"}
 COMPACTED = {
@@ -53,18 +54,13 @@ def _wait(condition: Callable[[], bool], what: str, node: RunningNode, timeout: 
 
 
 def _cleaner_pid(node: RunningNode) -> int | None:
-    """The broker's cleaner worker: its child started by multiprocessing's spawn."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    """The broker's cleaner worker: the process below it started by multiprocessing's spawn."""
+    for pid in descendants(node.process.pid)[1:]:
         try:
-            stat = (entry / "stat").read_text()
-            command = (entry / "cmdline").read_bytes()
+            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
         except OSError:
             continue
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        if parent == node.process.pid and b"spawn_main" in command:
-            return int(entry.name)
     return None
 
 

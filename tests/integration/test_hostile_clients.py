@@ -41,27 +41,29 @@ from broker.protocol import ApiKey, ErrorCode, decode_response, request_type
 from broker.protocol.records import Record, build_batch
 from tests.integration.clients import QUIET, create_topic
 from tests.support.hostile import (
-    API_VERSIONS,
-    ResidentMemory,
     answered,
     collect_frames,
     connections,
-    fetch_frame,
     lying_batch,
-    now_ms,
-    produce_frame,
-    produce_values,
-    produced,
     push,
-    request_frame,
     reset,
-    resident_bytes,
     still_open,
 )
 from tests.support.nodes import RunningNode, run_node
 from tests.support.pinger import latency, pinging
+from tests.support.processes import ResidentMemory, resident_bytes
 from tests.support.requests import fill
-from tests.support.wire import call, exchange
+from tests.support.wire import (
+    API_VERSIONS,
+    call,
+    exchange,
+    fetch_frame,
+    now_ms,
+    produce_frame,
+    produce_values,
+    produced,
+    request_frame,
+)
 
 pytestmark = pytest.mark.slow
 

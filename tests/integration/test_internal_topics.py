@@ -7,7 +7,6 @@ sent by hand (`tests.support.wire`): no client library targets a topic it cannot
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -28,30 +27,14 @@ from broker.protocol.messages import request_module
 from broker.protocol.records import Record, build_batch
 from tests.integration.clients import QUIET, admin_client, create_topic, read_all
 from tests.support.nodes import run_node
-from tests.support.wire import call
+from tests.support.wire import call, now_ms, produce
 
 METADATA_TOPIC = "__cluster_metadata"
 
 
 def _produce(port: int, topic: str) -> Any:
-    schema = request_module(ApiKey.PRODUCE, 9)
-    now_ms = time.time_ns() // 1_000_000
-    batch = build_batch([Record(offset=0, timestamp=now_ms, key=b"k", value=b"intruder")])
-    body = build(
-        schema.ProduceRequest,
-        transactional_id=None,
-        acks=-1,
-        timeout=timedelta(seconds=10),
-        topic_data=(
-            build(
-                schema.TopicProduceData,
-                name=topic,
-                partition_data=(build(schema.PartitionProduceData, index=0, records=batch),),
-            ),
-        ),
-    )
-    response = call(("localhost", port), ApiKey.PRODUCE, 9, body)
-    return response.responses[0].partition_responses[0]
+    batch = build_batch([Record(offset=0, timestamp=now_ms(), key=b"k", value=b"intruder")])
+    return produce(("localhost", port), topic, batch)
 
 
 def _fetch(port: int, topic: str) -> Any:

@@ -8,9 +8,7 @@ library writes them."""
 from __future__ import annotations
 
 import struct
-import time
 from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +16,11 @@ import google_crc32c
 import pytest
 from confluent_kafka import KafkaError, Producer
 
-from broker.protocol import ApiKey, ErrorCode, build, request_type
-from broker.protocol.messages import request_module
+from broker.protocol import ErrorCode
 from broker.protocol.records import Record, build_batch
 from tests.integration.clients import QUIET, create_topic, read_all
 from tests.support.nodes import RunningNode, run_node
-from tests.support.wire import call
+from tests.support.wire import init_producer_id, now_ms, produce
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:read_text is deprecated:DeprecationWarning"),
@@ -38,25 +35,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningNode]:
 
 
 def _produce(port: int, topic: str, batch: bytes) -> Any:
-    schema = request_module(ApiKey.PRODUCE, 9)
-    body = build(
-        schema.ProduceRequest,
-        transactional_id=None,
-        acks=-1,
-        timeout=timedelta(seconds=10),
-        topic_data=(
-            build(
-                schema.TopicProduceData,
-                name=topic,
-                partition_data=(build(schema.PartitionProduceData, index=0, records=batch),),
-            ),
-        ),
-    )
-    return call(("localhost", port), ApiKey.PRODUCE, 9, body).responses[0].partition_responses[0]
-
-
-def _now() -> int:
-    return time.time_ns() // 1_000_000
+    return produce(("localhost", port), topic, batch)
 
 
 def test_keyless_records_on_a_compacted_topic_are_refused(node: RunningNode) -> None:
@@ -79,14 +58,14 @@ def test_a_batch_claiming_records_it_does_not_hold_is_refused(node: RunningNode)
     from kafka import KafkaConsumer, TopicPartition  # noqa: PLC0415 - warns on import
 
     create_topic(node.bootstrap, "counted", 1)
-    data = bytearray(build_batch([Record(0, _now(), b"k", b"only one")]))
+    data = bytearray(build_batch([Record(0, now_ms(), b"k", b"only one")]))
     struct.pack_into(">i", data, 23, 999_999)  # last offset delta
     struct.pack_into(">i", data, 57, 1_000_000)  # records count
     struct.pack_into(">I", data, 17, google_crc32c.value(bytes(data[21:])))  # a valid CRC
     refused = _produce(node.port, "counted", bytes(data))
     assert refused.error_code == ErrorCode.invalid_record
     assert "declared" in refused.error_message
-    honest = _produce(node.port, "counted", build_batch([Record(0, _now(), b"k", b"v")]))
+    honest = _produce(node.port, "counted", build_batch([Record(0, now_ms(), b"k", b"v")]))
     assert (honest.error_code, honest.base_offset) == (ErrorCode.none, 0)
 
     consumer = KafkaConsumer(bootstrap_servers=node.bootstrap, consumer_timeout_ms=5_000)
@@ -100,15 +79,7 @@ def test_a_batch_claiming_records_it_does_not_hold_is_refused(node: RunningNode)
 
 
 def _init_producer_id(port: int) -> tuple[int, int]:
-    body = build(
-        request_type(ApiKey.INIT_PRODUCER_ID, 4),
-        transactional_id=None,
-        transaction_timeout=timedelta(seconds=60),
-        producer_id=-1,
-        producer_epoch=-1,
-    )
-    response = call(("localhost", port), ApiKey.INIT_PRODUCER_ID, 4, body)
-    return int(response.producer_id), int(response.producer_epoch)
+    return init_producer_id(("localhost", port))
 
 
 def test_a_client_cannot_write_control_batches(node: RunningNode, tmp_path: Path) -> None:
@@ -118,7 +89,7 @@ def test_a_client_cannot_write_control_batches(node: RunningNode, tmp_path: Path
         node.port,
         "controlled",
         build_batch(
-            [Record(0, _now(), b"k", b"v")],
+            [Record(0, now_ms(), b"k", b"v")],
             producer_id=producer_id,
             producer_epoch=epoch,
             base_sequence=0,
@@ -127,7 +98,7 @@ def test_a_client_cannot_write_control_batches(node: RunningNode, tmp_path: Path
     assert first.error_code == ErrorCode.none
     # An abort marker at a later epoch, written by the client itself.
     marker = build_batch(
-        [Record(0, _now(), b"\0\0\0\0", b"\0\0\0\0\0\0")],
+        [Record(0, now_ms(), b"\0\0\0\0", b"\0\0\0\0\0\0")],
         producer_id=producer_id,
         producer_epoch=epoch + 5,
         is_control=True,
@@ -141,7 +112,7 @@ def test_a_client_cannot_write_control_batches(node: RunningNode, tmp_path: Path
         node.port,
         "controlled",
         build_batch(
-            [Record(0, _now(), b"k", b"w")],
+            [Record(0, now_ms(), b"k", b"w")],
             producer_id=producer_id,
             producer_epoch=epoch,
             base_sequence=1,

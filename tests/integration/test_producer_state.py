@@ -9,50 +9,24 @@ real: the process, its SIGKILL, the restart on the same data dir.
 from __future__ import annotations
 
 import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from broker.protocol import ApiKey, ErrorCode, build, request_type
-from broker.protocol.messages import request_module
+from broker.protocol import ErrorCode
 from broker.protocol.records import Record, build_batch
 from tests.integration.clients import create_topic
 from tests.support.nodes import run_node, start_node
-from tests.support.wire import call
+from tests.support.wire import init_producer_id, produce
 
 PRODUCE_VERSION = 9
 
 
 def _init_producer_id(port: int, producer_id: int = -1, epoch: int = -1) -> tuple[int, int]:
-    body = build(
-        request_type(ApiKey.INIT_PRODUCER_ID, 4),
-        transactional_id=None,
-        transaction_timeout=timedelta(seconds=60),
-        producer_id=producer_id,
-        producer_epoch=epoch,
-    )
-    response = call(("localhost", port), ApiKey.INIT_PRODUCER_ID, 4, body)
-    assert response.error_code == ErrorCode.none
-    return int(response.producer_id), int(response.producer_epoch)
+    return init_producer_id(("localhost", port), producer_id, epoch)
 
 
 def _produce(port: int, batch: bytes) -> Any:
-    schema = request_module(ApiKey.PRODUCE, PRODUCE_VERSION)
-    body = build(
-        schema.ProduceRequest,
-        transactional_id=None,
-        acks=-1,
-        timeout=timedelta(seconds=10),
-        topic_data=(
-            build(
-                schema.TopicProduceData,
-                name="idempotent",
-                partition_data=(build(schema.PartitionProduceData, index=0, records=batch),),
-            ),
-        ),
-    )
-    response = call(("localhost", port), ApiKey.PRODUCE, PRODUCE_VERSION, body)
-    return response.responses[0].partition_responses[0]
+    return produce(("localhost", port), "idempotent", batch)
 
 
 def _batch(producer_id: int, epoch: int, sequence: int, count: int) -> bytes:

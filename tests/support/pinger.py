@@ -22,7 +22,8 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from broker.protocol import ApiKey, FrameReader, RequestHeader, build, encode_request, request_type
+from broker.protocol import ApiKey, RequestHeader, build, encode_request, request_type
+from tests.support.wire import exchange
 
 __all__ = ["PING_INTERVAL_S", "Latency", "Sample", "latency", "pinging"]
 
@@ -80,13 +81,8 @@ def latency(samples: Sequence[Sample]) -> Latency:
 
 
 def _round_trip(sock: socket.socket, frame: bytes) -> None:
-    sock.sendall(frame)
-    reader = FrameReader()
-    while reader.next_frame() is None:
-        data = sock.recv(65536)
-        if not data:
-            raise ConnectionError("the broker closed the pinger's connection")
-        reader.receive_data(data)
+    if exchange(sock, frame) is None:
+        raise ConnectionError("the broker closed the pinger's connection")
 
 
 def _ping(host: str, port: int, control: multiprocessing.connection.Connection) -> None:

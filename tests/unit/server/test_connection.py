@@ -13,17 +13,25 @@ from typing import Any
 
 import pytest
 
-from broker.protocol import ApiKey, RequestHeader, build, request_type
-from broker.protocol.messages import encode_request
+from broker.protocol import ApiKey
 from broker.server import Dispatcher, RequestContext, parked
 from broker.server.connection import Connection
+from tests.support.wire import api_versions_frame
 
 
-def _api_versions(correlation_id: int) -> bytes:
-    body = build(
-        request_type(ApiKey.API_VERSIONS, 3), client_software_name="t", client_software_version="1"
-    )
-    return encode_request(RequestHeader(ApiKey.API_VERSIONS, 3, correlation_id, "unit"), body)
+async def _busy_then_gone(handler: Any, events: list[str], expected: str, goes: str) -> None:
+    """One request to `handler`; once it is being processed, the client goes away ("closes" or
+    "resets"); then `events` must become [expected] and the connection must be dropped."""
+    server, registry, port = await _serve(handler)
+    async with server:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(api_versions_frame())
+        await writer.drain()
+        while not registry or not next(iter(registry)).busy:
+            await asyncio.sleep(0.01)
+        _vanish(writer, reset=goes == "resets")
+        await asyncio.wait_for(_until(lambda: events == [expected]), 5)
+        await asyncio.wait_for(_until(lambda: not registry), 5)
 
 
 async def _serve(handler: Any) -> tuple[asyncio.Server, set[Connection], int]:
@@ -47,19 +55,7 @@ def test_a_parked_request_is_cancelled_when_its_client_goes_away(goes: str) -> N
             events.append("cancelled")
             raise
 
-    async def scenario() -> None:
-        server, registry, port = await _serve(long_poll)
-        async with server:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(_api_versions(1))
-            await writer.drain()
-            while not registry or not next(iter(registry)).busy:
-                await asyncio.sleep(0.01)
-            _vanish(writer, reset=goes == "resets")
-            await asyncio.wait_for(_until(lambda: events == ["cancelled"]), 5)
-            await asyncio.wait_for(_until(lambda: not registry), 5)
-
-    asyncio.run(asyncio.wait_for(scenario(), 30))
+    asyncio.run(asyncio.wait_for(_busy_then_gone(long_poll, events, "cancelled", goes), 30))
 
 
 def test_work_in_progress_is_left_to_finish_when_its_client_goes_away() -> None:
@@ -69,18 +65,7 @@ def test_work_in_progress_is_left_to_finish_when_its_client_goes_away() -> None:
         await asyncio.sleep(0.3)  # not parked: e.g. an append being made durable
         events.append("finished")
 
-    async def scenario() -> None:
-        server, registry, port = await _serve(working)
-        async with server:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(_api_versions(1))
-            await writer.drain()
-            while not registry or not next(iter(registry)).busy:
-                await asyncio.sleep(0.01)
-            _vanish(writer, reset=True)
-            await asyncio.wait_for(_until(lambda: events == ["finished"]), 5)
-
-    asyncio.run(asyncio.wait_for(scenario(), 30))
+    asyncio.run(asyncio.wait_for(_busy_then_gone(working, events, "finished", "resets"), 30))
 
 
 def test_a_pipelining_client_gets_one_request_per_turn_of_the_loop() -> None:
@@ -96,11 +81,10 @@ def test_a_pipelining_client_gets_one_request_per_turn_of_the_loop() -> None:
         async with server:
             _, busy = await asyncio.open_connection("127.0.0.1", port)
             _, other = await asyncio.open_connection("127.0.0.1", port)
-            frames = [_api_versions(i) for i in range(50)]
-            busy.write(b"".join(f.replace(b"\x00\x04unit", b"\x00\x04busy") for f in frames))
+            busy.write(b"".join(api_versions_frame(i, "busy") for i in range(50)))
             await busy.drain()
             await asyncio.sleep(0.05)  # the broker has read the 16 it reads ahead
-            other.write(_api_versions(99))
+            other.write(api_versions_frame(99, "unit"))
             await other.drain()
             await asyncio.wait_for(_until(lambda: "unit" in order), 5)
             busy.close()
