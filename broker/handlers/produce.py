@@ -45,7 +45,9 @@ class Handler:
                 elif data.records is None:
                     error, message, info = ErrorCode.corrupt_message, "no records", None
                 else:
-                    result = self._replicas.append(topic.name, data.index, data.records, acks)
+                    result = await self._replicas.append_offloaded(
+                        topic.name, data.index, data.records, acks
+                    )
                     error, message, info = result.error, result.message, result.info
                     # Per-record errors exist from v8 (KIP-467); older clients get the code.
                     if result.batch_index is not None and version >= 8:

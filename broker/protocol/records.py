@@ -169,10 +169,21 @@ def _reject_header(header: BatchHeader, position: int) -> None:
     )
 
 
+_CRC_PIECE_BYTES = 1024 * 1024
+
+
 def _crc(view: memoryview, position: int, header: BatchHeader) -> int:
     # google-crc32c's C entry point takes only non-releasable buffers (bytes), hence the copy;
-    # a memcpy costs a fraction of the checksum it feeds.
-    return int(google_crc32c.value(bytes(view[position + _CRC_START : position + header.size])))
+    # a memcpy costs a fraction of the checksum it feeds. A large batch is copied a piece at a
+    # time: the copy holds the GIL (the checksum does not), and a produce's CRC may run on a
+    # thread beside the event loop (`ReplicaManager.append_offloaded`).
+    start, end = position + _CRC_START, position + header.size
+    if end - start <= _CRC_PIECE_BYTES:
+        return int(google_crc32c.value(bytes(view[start:end])))
+    crc = 0
+    for piece in range(start, end, _CRC_PIECE_BYTES):
+        crc = google_crc32c.extend(crc, bytes(view[piece : min(piece + _CRC_PIECE_BYTES, end)]))
+    return int(crc)
 
 
 def validate_batch(buf: Buffer, position: int = 0) -> BatchHeader:

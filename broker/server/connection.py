@@ -77,7 +77,7 @@ class Connection(asyncio.Protocol):
     ) -> None:
         self._dispatcher = dispatcher
         self._listener = listener
-        self._frames: deque[tuple[bytes, int]] = deque()
+        self._frames: deque[tuple[bytes | memoryview, int]] = deque()
         """Requests read and waiting, each with the bytes it holds of the memory pool."""
         self._queued_bytes = 0
         self._reader = FrameReader(max_request_bytes)
@@ -145,6 +145,7 @@ class Connection(asyncio.Protocol):
                         self._pause("memory")
                         self._admission.pool.wait(self._memory_released)
                         break
+                    reader.gather()  # a large frame goes straight into memory of its own
                 frame = reader.next_frame()  # raises for a size out of bounds
                 if frame is None:
                     break

@@ -8,13 +8,20 @@ that caused it, and answered with that API's error response (UNKNOWN_SERVER_ERRO
 acks=0, which expects no answer, closes the connection. Either way every other connection
 keeps being served.
 
+A request frame of `OFF_LOOP_BYTES` or more is decoded, and its answer encoded, on a thread, so
+that the event loop serves others meanwhile (the codec is pure Python and holds the GIL, but
+Python hands it back to the loop every 5 ms): a CreateTopics of 1000 topics took 4 ms to decode
+and 9 ms to answer. Produce is left out: its bulk is record bytes the codec takes as they are.
+
 An `observer` (the metrics) sees every decoded request once it is answered: the request, the
 response body (None when nothing is sent) and the nanoseconds from decode to encoded response.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import struct
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -46,6 +53,10 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+OFF_LOOP_BYTES = 64 * 1024
+"""Requests this large (but Produce) are decoded and answered on a thread."""
+_PRODUCE_KEY = struct.pack(">h", ApiKey.PRODUCE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,13 +116,20 @@ class Dispatcher:
     def handled_api_keys(self) -> frozenset[int]:
         return frozenset(self._handlers)
 
-    async def dispatch(self, frame: bytes, listener: str, client_address: str) -> Frame | None:
+    async def dispatch(
+        self, frame: bytes | memoryview, listener: str, client_address: str
+    ) -> Frame | None:
         """The response frame for a request frame, None if nothing is sent back.
 
         Raises `CloseConnection` when the connection must be closed.
         """
+        off_loop = len(frame) >= OFF_LOOP_BYTES and frame[:2] != _PRODUCE_KEY
         try:
-            request = decode_request(frame)
+            request = (
+                await asyncio.to_thread(decode_request, frame)
+                if off_loop
+                else (decode_request(frame))
+            )
         except UnsupportedVersion as exc:
             answer = unsupported_version_answer(exc)
             if answer is None:
@@ -141,6 +159,8 @@ class Dispatcher:
                     request.header.client_id,
                 )
                 body = self._error_body(request, exc)
+            if off_loop:
+                return await asyncio.to_thread(_encode, request.header, body)
             return _encode(request.header, body)
         finally:
             if self.observer is not None:

@@ -22,7 +22,7 @@ from .errors import (
     RecordTooLarge,
     StorageError,
 )
-from .log import AppendInfo, Log
+from .log import AppendInfo, Log, PendingAppend
 from .manager import LogManager
 from .segments import FileSlice, LogSegment, PinnedSlice
 
@@ -42,6 +42,7 @@ __all__ = [
     "LogSegment",
     "OffsetOutOfRange",
     "OutOfOrderSequence",
+    "PendingAppend",
     "PinnedSlice",
     "ProducerStateError",
     "RecordTooLarge",

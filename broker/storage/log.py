@@ -13,9 +13,10 @@ What it never does: networking, replication decisions, or reading a clock — th
 from __future__ import annotations
 
 import bisect
+import os
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future
 from pathlib import Path
 from typing import NamedTuple
@@ -33,12 +34,23 @@ from broker.protocol.records import (
 from .cleaner import complete_interrupted_swaps
 from .config import LogConfig
 from .epochs import LeaderEpochCache
-from .errors import CorruptRecordError, LogDirFailure, OffsetOutOfRange, RecordTooLarge
-from .producer_state import PRODUCER_ID_EXPIRATION_MS, BatchMetadata, ProducerStateManager
-from .segments import DELETED_SUFFIX, FileSlice, LogSegment
+from .errors import (
+    CorruptRecordError,
+    LogDirFailure,
+    LogOffline,
+    OffsetOutOfRange,
+    RecordTooLarge,
+)
+from .producer_state import (
+    PRODUCER_ID_EXPIRATION_MS,
+    BatchMetadata,
+    ProducerStateManager,
+    fsync_file,
+)
+from .segments import DELETED_SUFFIX, FileSlice, LogSegment, write_one
 from .validation import check_client_batch, check_max_timestamp, prepare
 
-__all__ = ["AppendInfo", "Log", "parse_partition_dir"]
+__all__ = ["AppendInfo", "Log", "PendingAppend", "parse_partition_dir"]
 
 _PREFIX = struct.Struct(">qii")
 _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
@@ -70,6 +82,51 @@ class AppendInfo(NamedTuple):
     duplicate: bool = False
     log_append_time: int = -1
     """The broker time the batches were stamped with, on a `LogAppendTime` topic."""
+
+
+class _Planned(NamedTuple):
+    """A single batch's append up to its write (`Log._plan_one`)."""
+
+    segment: LogSegment
+    position: int
+    prefix: bytes
+    size: int
+    header: BatchHeader
+    first_offset: int
+    now_ms: int
+
+
+class PendingAppend:
+    """One batch being appended with its write on another thread (`Log.start_append`).
+
+    `write` may run on any thread: it writes through a descriptor of its own, so a segment
+    closed meanwhile (topic deleted, log dir failed, shutdown) is never written through a
+    descriptor number reused by another file. `finish` must run on the log's own thread."""
+
+    __slots__ = ("_fd", "_log", "_view", "_written", "planned")
+
+    def __init__(self, log: Log, planned: _Planned, view: memoryview) -> None:
+        self._log = log
+        self.planned = planned
+        self._view = view
+        self._fd = os.dup(planned.segment.fd)
+        self._written: int | OSError | None = None
+
+    def write(self) -> None:
+        try:
+            self._written = write_one(
+                self._fd, self._view, self.planned.prefix, self.planned.position
+            )
+        finally:
+            os.close(self._fd)
+            self._fd = -1
+
+    def finish(self) -> AppendInfo:
+        """Take the written batch into the log (or raise as `append_as_leader` would)."""
+        if self._fd >= 0:  # never written (the caller gave up): let go of the descriptor
+            os.close(self._fd)
+            self._fd = -1
+        return self._log._finish_pending(self, self._written)
 
 
 class Log:
@@ -110,6 +167,8 @@ class Log:
         self.flusher: Executor | None = None
         """Where a rolled segment is fsynced (the log manager's flush thread), so that a roll
         does not wait for the disk; None: at once, in the caller's thread."""
+        self._pending: PendingAppend | None = None
+        """The one append whose write is under way on another thread (`start_append`)."""
         self._flushes: list[tuple[Future[None], int]] = []
         """Background fsyncs under way, each with the recovery point it makes true."""
         # After the recovery flush: a snapshot written here describes data already on disk.
@@ -189,6 +248,8 @@ class Log:
 
         The topic's config may first rewrite them (`validation.prepare`): recompression to
         `compression.type`, or `LogAppendTime` stamps, reported back in `log_append_time`."""
+        if self._pending is not None:
+            raise RuntimeError(f"{self}: an append is already under way")
         if self.config.rewrites_batches:
             records = prepare(records, self.config, now_ms)
             if self.config.log_append_time:
@@ -252,15 +313,32 @@ class Log:
         self, view: memoryview, header: BatchHeader, leader_epoch: int, now_ms: int
     ) -> AppendInfo:
         """`append_as_leader` for a request holding exactly one batch, without the lists."""
-        size = self._check(view, 0, header)
+        planned = self._plan_one(view, header, leader_epoch, now_ms, crc_checked=False)
+        if isinstance(planned, AppendInfo):
+            return planned
+        segment = planned.segment
+        written = write_one(segment.fd, view, planned.prefix, planned.position)
+        return self._finish_one(planned, written)
+
+    def _plan_one(
+        self,
+        view: memoryview,
+        header: BatchHeader,
+        leader_epoch: int,
+        now_ms: int,
+        *,
+        crc_checked: bool,
+    ) -> _Planned | AppendInfo:
+        """Everything of a single batch's append before the write: its checks, its offsets,
+        the roll it may need. A producer's retry of a batch in the log returns its AppendInfo."""
+        size = self._check(view, 0, header, crc=not crc_checked)
         if size > self.config.segment_bytes:
             raise RecordTooLarge(f"{size} bytes do not fit in segment.bytes")
         check_client_batch(view, 0, header, compacted=self.config.compact)
         check_max_timestamp(view, 0, header, self.config, now_ms)
         segment = self.segments[-1]
         first_offset = segment.next_offset
-        idempotent = header.producer_id >= 0
-        if idempotent:
+        if header.producer_id >= 0:
             duplicate = self.producer_state.check(header, first_offset)
             if duplicate is not None:
                 return self._duplicate(duplicate)
@@ -272,8 +350,15 @@ class Log:
         ):
             segment = self.roll(now_ms, first_offset)
         prefix = _PREFIX.pack(first_offset, header.batch_length, leader_epoch)
-        segment.append_one(view, prefix, size, header.max_timestamp, last_offset)
-        if idempotent:
+        return _Planned(segment, segment.size, prefix, size, header, first_offset, now_ms)
+
+    def _finish_one(self, planned: _Planned, written: int | OSError) -> AppendInfo:
+        header, first_offset = planned.header, planned.first_offset
+        last_offset = first_offset + header.last_offset_delta
+        planned.segment.finish_one(
+            planned.position, written, planned.size, header.max_timestamp, last_offset
+        )
+        if header.producer_id >= 0:
             self.producer_state.update(header, first_offset)
         count = header.last_offset_delta + 1
         self._unflushed_records += count
@@ -286,8 +371,58 @@ class Log:
             self.log_start_offset,
             count,
         )
-        self.maybe_flush(now_ms)
+        self.maybe_flush(planned.now_ms)
         return info
+
+    # -- appending with the write on another thread -----------------------------------------
+
+    def single_batch(self, records: bytes) -> bool:
+        """Whether `start_append` can leave the write of `records` to another thread: exactly
+        one batch, on a topic that keeps batches as they come."""
+        if self.config.rewrites_batches or len(records) < BATCH_HEADER_SIZE:
+            return False
+        try:
+            header = read_batch_header(memoryview(records))
+        except MalformedInput:
+            return False
+        return header.batch_length + LOG_OVERHEAD == len(records)
+
+    @property
+    def appending(self) -> bool:
+        """A `PendingAppend` is under way: no other append may start until it finishes."""
+        return self._pending is not None
+
+    def start_append(
+        self, records: bytes, *, leader_epoch: int, now_ms: int
+    ) -> PendingAppend | AppendInfo:
+        """`append_as_leader` for one batch (`single_batch`) whose CRC the caller has checked
+        (`validate_batch`, on any thread), with the write left to `PendingAppend.write` on
+        another thread: a large batch's copy into the page cache, and the wait when the kernel
+        throttles writers, then do not hold the caller's thread. Everything else happens here
+        and now (checks, offsets, roll); `PendingAppend.finish`, back on this thread, takes
+        the batch in and returns its AppendInfo. A producer's retry of a batch in the log gets
+        its AppendInfo at once."""
+        if self._pending is not None:
+            raise RuntimeError(f"{self}: an append is already under way")
+        view = memoryview(records)
+        try:
+            header = read_batch_header(view)
+        except MalformedInput as exc:
+            raise CorruptRecordError(str(exc)) from exc
+        planned = self._plan_one(view, header, leader_epoch, now_ms, crc_checked=True)
+        if isinstance(planned, AppendInfo):
+            return planned
+        self._pending = PendingAppend(self, planned, view)
+        return self._pending
+
+    def _finish_pending(self, pending: PendingAppend, written: int | OSError | None) -> AppendInfo:
+        self._pending = None
+        if written is None:
+            raise LogOffline(f"{self}: the batch was never written")
+        if pending.planned.segment.closed:
+            # Deleted, closed for shutdown, or its dir failed while the batch was written.
+            raise LogOffline(f"{self} was closed while a batch was being written to it")
+        return self._finish_one(pending.planned, written)
 
     def append_as_follower(self, records: bytes, *, now_ms: int) -> AppendInfo:
         """Append batches that already carry their offsets and epochs (replication)."""
@@ -324,12 +459,18 @@ class Log:
             raise RecordTooLarge(f"{total} bytes do not fit in segment.bytes")
         return batches
 
-    def _check(self, view: memoryview, position: int, header: BatchHeader) -> int:
-        """The checks every appended batch passes (whole, CRC, size); returns its size."""
-        try:
-            check_batch(view, position, header)
-        except MalformedInput as exc:
-            raise CorruptRecordError(str(exc)) from exc
+    def _check(
+        self, view: memoryview, position: int, header: BatchHeader, *, crc: bool = True
+    ) -> int:
+        """The checks every appended batch passes (whole, CRC, size); returns its size.
+        `crc=False`: the caller checked the CRC already (`start_append`)."""
+        if crc:
+            try:
+                check_batch(view, position, header)
+            except MalformedInput as exc:
+                raise CorruptRecordError(str(exc)) from exc
+        elif position + header.size > len(view):
+            raise CorruptRecordError(f"batch of {header.size} bytes is truncated")
         size = header.batch_length + LOG_OVERHEAD
         if size > self.config.max_message_bytes:
             raise RecordTooLarge(
@@ -382,15 +523,13 @@ class Log:
         previous = self.active_segment
         if previous.size == 0 and previous.base_offset == base:
             return previous
+        fsyncs: Callable[[], None] | None = None
         if self.flusher is None or previous.size == 0:
             previous.flush()
             # Every segment before the new one is now on disk: recovery can start from here.
             self.recovery_point = max(self.recovery_point, previous.next_offset)
         else:
-            # As Kafka's roll, which schedules the old segment's flush: the recovery point
-            # moves once it is done (`complete_flushes`).
-            flush = self.flusher.submit(previous.flush_detached())
-            self._flushes.append((flush, previous.next_offset))
+            fsyncs = previous.flush_detached()
         if previous.size == 0:
             # An empty segment carries nothing: replace it rather than leave a hole.
             self.segments.pop()
@@ -400,7 +539,14 @@ class Log:
         segment.next_offset = base
         self._add_segment(segment)
         # A restart then replays at most the new segment (Kafka snapshots at each roll).
-        self.producer_state.take_snapshot(base)
+        if fsyncs is None or self.flusher is None:
+            self.producer_state.take_snapshot(base)
+            return segment
+        # As Kafka's roll, which schedules the old segment's flush and the snapshot's: the
+        # recovery point moves once both are on disk (`complete_flushes`).
+        snapshot = self.producer_state.take_snapshot(base, sync=False)
+        flush = self.flusher.submit(_and_fsync(fsyncs, snapshot))
+        self._flushes.append((flush, previous.next_offset))
         return segment
 
     # -- flushing -------------------------------------------------------------------------
@@ -629,6 +775,17 @@ class Log:
             f"Log({self.topic}-{self.partition}, start={self.log_start_offset}, "
             f"end={self.log_end_offset}, segments={len(self.segments)})"
         )
+
+
+def _and_fsync(fsyncs: Callable[[], None], snapshot: Path | None) -> Callable[[], None]:
+    """A rolled segment's fsyncs, then its producer snapshot's (if one was written)."""
+
+    def run() -> None:
+        fsyncs()
+        if snapshot is not None:
+            fsync_file(snapshot)
+
+    return run
 
 
 def _with_offsets(header: BatchHeader, base_offset: int, leader_epoch: int) -> BatchHeader:

@@ -559,10 +559,25 @@ class LogManager:
         return sum(len(p.segments) + (p.directory is not None) for p in self._pending)
 
     def _finish_deletion(self, pending: _PendingDeletion) -> None:
-        for segment in pending.segments:
-            segment.delete()
-        if pending.directory is not None:
-            shutil.rmtree(pending.directory, ignore_errors=True)
+        """Close the segments now and remove their files, on the flush thread when there is
+        one: unlinking a large file waits for the filesystem to free its blocks, 100 ms and
+        more while the disk is busy writing back (Kafka deletes on its scheduler's thread)."""
+        paths = [path for segment in pending.segments for path in segment.close_for_deletion()]
+        directory = pending.directory
+
+        def remove() -> None:
+            for path in paths:
+                try:
+                    path.unlink(missing_ok=True)
+                except OSError as exc:
+                    logger.warning("could not remove %s: %s", path, exc)
+            if directory is not None:
+                shutil.rmtree(directory, ignore_errors=True)
+
+        if self._flusher is None:
+            remove()
+        else:
+            self._flusher.submit(remove)
 
     def checkpoint(self) -> None:
         """Write every online log dir's checkpoints, on the flush thread when there is one (the

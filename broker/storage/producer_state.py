@@ -313,14 +313,19 @@ class ProducerStateManager:
     def snapshot_path(self, offset: int) -> Path:
         return self.directory / segment_file_name(offset, SNAPSHOT_SUFFIX)
 
-    def take_snapshot(self, offset: int) -> None:
+    def take_snapshot(self, offset: int, *, sync: bool = True) -> Path | None:
         """Write the state as of `offset` (the log end offset, or a new segment's base) unless
-        a snapshot of that offset exists: the log before it has not changed since."""
+        a snapshot of that offset exists: the log before it has not changed since. With
+        `sync=False` the file is not fsynced: the caller does it (`fsync_file`) off its thread,
+        as Kafka's roll does; a crash before then leaves a torn snapshot, which `load` drops
+        for the one before it. Returns the file written, if one was."""
         if offset in self._snapshots:
-            return
-        write_snapshot(self.snapshot_path(offset), self.producers.values())
+            return None
+        path = self.snapshot_path(offset)
+        write_snapshot(path, self.producers.values(), sync=sync)
         self._snapshots.append(offset)
         self._snapshots.sort()
+        return path
 
     def delete_snapshots_before(self, offset: int) -> None:
         """Retention: snapshots of offsets below the log start describe data no longer there."""
@@ -369,7 +374,7 @@ class ProducerStateManager:
         self.snapshot_path(offset).unlink(missing_ok=True)
 
 
-def write_snapshot(path: Path, entries: Iterable[ProducerStateEntry]) -> None:
+def write_snapshot(path: Path, entries: Iterable[ProducerStateEntry], *, sync: bool = True) -> None:
     """Write a snapshot in Kafka's format: to a temporary file, fsynced, then renamed, so a crash
     leaves the old name absent or the whole file (the CRC catches anything else)."""
     body = bytearray(_HEADER.size)
@@ -394,8 +399,21 @@ def write_snapshot(path: Path, entries: Iterable[ProducerStateEntry]) -> None:
     with open(tmp, "wb") as out:
         out.write(body)
         out.flush()
-        os.fsync(out.fileno())
+        if sync:
+            os.fsync(out.fileno())
     os.replace(tmp, path)
+
+
+def fsync_file(path: Path) -> None:
+    """fsync a file written earlier, unless it is gone by now (deleted or replaced)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def read_snapshot(path: Path) -> list[ProducerStateEntry]:

@@ -32,7 +32,14 @@ from .config import LogConfig
 from .errors import LogDirFailure
 from .indexes import IndexCorrupt, OffsetIndex, TimeIndex
 
-__all__ = ["FileSlice", "LogSegment", "PinnedSlice", "batch_headers", "segment_file_name"]
+__all__ = [
+    "FileSlice",
+    "LogSegment",
+    "PinnedSlice",
+    "batch_headers",
+    "segment_file_name",
+    "write_one",
+]
 
 DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
@@ -99,6 +106,16 @@ def batch_headers(fd: int, size: int, start: int = 0) -> Iterator[tuple[int, Bat
         header = read_batch_header(os.pread(fd, BATCH_HEADER_SIZE, position))
         yield position, header
         position += header.size
+
+
+def write_one(fd: int, data: memoryview, prefix: bytes, position: int) -> int | OSError:
+    """Write the single batch `data`, its first bytes replaced by `prefix` (offsets and leader
+    epoch), at `position` of the log file `fd`; the bytes written, or the error (returned, not
+    raised, so that a thread can hand it back). Releases the GIL while the kernel copies."""
+    try:
+        return os.pwritev(fd, (prefix, data[len(prefix) :]), position)
+    except OSError as exc:
+        return exc
 
 
 class LogSegment:
@@ -291,10 +308,16 @@ class LogSegment:
     ) -> None:
         """`append` for a single batch that is the whole of `data` (what producers send)."""
         position = self.size
-        try:
-            written = os.pwritev(self.fd, (prefix, data[len(prefix) :]), position)
-        except OSError as exc:
-            self._undo_write(f"{exc.strerror or exc} writing {size} bytes")
+        written = write_one(self.fd, data, prefix, position)
+        self.finish_one(position, written, size, max_timestamp, last_offset)
+
+    def finish_one(
+        self, position: int, written: int | OSError, size: int, max_timestamp: int, last_offset: int
+    ) -> None:
+        """Take in a single batch of `size` bytes that `write_one` wrote at `position`, here or
+        on another thread; if it failed or fell short, cut the file back and raise."""
+        if isinstance(written, OSError):
+            self._undo_write(f"{written.strerror or written} writing {size} bytes")
         if written != size:
             self._undo_write(f"short write: {written} of {size} bytes")
         self._account(position, size, max_timestamp, last_offset, index=True)
@@ -504,9 +527,13 @@ class LogSegment:
 
     def delete(self) -> None:
         """Close the segment and remove its files (under whatever suffix they carry now)."""
-        self.close()
-        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+        for path in self.close_for_deletion():
             path.unlink(missing_ok=True)
+
+    def close_for_deletion(self) -> tuple[Path, Path, Path]:
+        """Close the segment; the files the caller is to remove."""
+        self.close()
+        return (self.log_path, self.offset_index.path, self.time_index.path)
 
     @property
     def closed(self) -> bool:

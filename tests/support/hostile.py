@@ -140,7 +140,7 @@ def collect_frames(
                     frame = readers[sock].next_frame()
                     if frame is None:
                         break
-                    got[sock].append(frame)
+                    got[sock].append(bytes(frame))
                 if not data or len(got[sock]) == per_socket:
                     selector.unregister(sock)
                     waiting -= 1

@@ -166,7 +166,8 @@ class RecordingBroker:
                 self._drop(conn)
                 return
             reader.receive_data(data)
-            while (frame := reader.next_frame()) is not None:
+            while (cut := reader.next_frame()) is not None:
+                frame = bytes(cut)  # a reader that never gathers cuts bytes already
                 with self._lock:
                     self._frames.append(frame)
                 answer = self._answer(frame)

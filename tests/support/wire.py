@@ -52,7 +52,7 @@ def exchange(sock: socket.socket, frame: bytes) -> bytes | None:
         if not data:
             return None
         reader.receive_data(data)
-    return response
+    return bytes(response)
 
 
 def call(

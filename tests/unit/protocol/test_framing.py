@@ -17,6 +17,7 @@ from broker.protocol import (
     FrameTooLarge,
     MalformedInput,
     encode_frame,
+    framing,
 )
 
 
@@ -37,9 +38,71 @@ def test_frames_round_trip_whatever_the_chunking(payloads: list[bytes], cuts: li
     for chunk in _split(stream, cuts):
         reader.receive_data(chunk)
         while (frame := reader.next_frame()) is not None:
-            frames.append(frame)
+            frames.append(bytes(frame))
     assert frames == payloads
     assert reader.buffered_bytes == 0
+
+
+@given(
+    payloads=st.lists(st.binary(max_size=100), max_size=8),
+    cuts=st.lists(st.integers(min_value=0), max_size=30),
+)
+def test_gathered_frames_come_out_whatever_the_chunking(
+    payloads: list[bytes], cuts: list[int]
+) -> None:
+    """Frames over the gathering threshold (lowered to 16 bytes here), gathered as a server
+    does once their size prefix is in, come out the same however their chunks straddle them
+    and the frames around them."""
+    stream = b"".join(encode_frame(p) for p in payloads)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(framing, "GATHER_BYTES", 16)
+        reader = FrameReader()
+        frames: list[bytes] = []
+        for chunk in _split(stream, cuts):
+            reader.receive_data(chunk)
+            assert reader.buffered_bytes <= len(stream)
+            reader.gather()
+            while (frame := reader.next_frame()) is not None:
+                frames.append(bytes(frame))
+                reader.gather()
+    assert frames == payloads
+    assert reader.buffered_bytes == 0
+
+
+def test_a_gathered_frame_is_copied_once_into_memory_of_its_own() -> None:
+    """Gathering copies each chunk once into a buffer of the frame's size, allocated when
+    asked: the memory it peaks at is that buffer, not a growing buffer reallocated along the
+    way and then a copy of the frame cut out of it (twice the frame and more)."""
+    payload = bytes(range(256)) * (4 * 1024)  # 1 MiB
+    chunks = _split(encode_frame(payload), list(range(0, 1 << 20, 64 * 1024)))
+    reader = FrameReader()
+    tracemalloc.start()
+    try:
+        for chunk in chunks:
+            reader.receive_data(chunk)
+            reader.gather()
+        frame = reader.next_frame()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert isinstance(frame, memoryview)
+    assert frame.readonly
+    assert frame == payload
+    assert peak < len(payload) * 5 // 4, peak
+
+
+def test_nothing_is_allocated_for_a_large_frame_until_it_is_gathered() -> None:
+    """Without `gather` (the server has not reserved the memory yet), a large frame's prefix
+    costs only the bytes that came with it."""
+    reader = FrameReader()
+    tracemalloc.start()
+    try:
+        reader.receive_data(struct.pack(">i", 8 * 1024 * 1024) + b"abc")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert reader.next_frame() is None
+    assert peak < 64 * 1024
 
 
 def test_default_limit_is_kafkas_socket_request_max_bytes() -> None:

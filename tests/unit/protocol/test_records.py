@@ -3,6 +3,7 @@ keep the CRC valid, and corruption is refused with the project's error."""
 
 from __future__ import annotations
 
+import os
 import struct
 
 import google_crc32c
@@ -127,6 +128,18 @@ def test_any_flipped_byte_under_the_crc_is_detected(position: int) -> None:
     batch[position] ^= 0x01
     with pytest.raises(MalformedInput, match=r"CRC mismatch|batch at byte 0"):
         validate_batch(batch)
+
+
+@pytest.mark.parametrize("where", ["first piece", "a piece boundary", "last byte"])
+def test_a_large_batchs_crc_is_checked_in_pieces_to_the_last_byte(where: str) -> None:
+    """Batches over 1 MiB are checksummed a piece at a time: a valid one passes, and a byte
+    flipped anywhere, the last piece included, is still caught."""
+    batch = bytearray(build_batch([Record(0, 1_700_000_000_000, b"k", os.urandom(3 << 20))]))
+    validate_batch(bytes(batch))
+    position = {"first piece": 30, "a piece boundary": 21 + (1 << 20), "last byte": -1}[where]
+    batch[position] ^= 0x01
+    with pytest.raises(MalformedInput, match="CRC mismatch"):
+        validate_batch(bytes(batch))
 
 
 def test_truncated_batch_is_malformed() -> None:

@@ -1,0 +1,119 @@
+"""An append whose write runs on another thread (`Log.start_append`, `PendingAppend`): it stores
+exactly what the one-step append stores, nothing is readable before it is taken in, no other
+append can slip in meanwhile, a write the disk cuts short leaves no torn batch, and a log
+closed under it (topic deleted, log dir failed) is never written through a reused descriptor."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker.storage import AppendInfo, LogConfig, LogDirFailure, LogOffline, PendingAppend
+
+from .logs import LogOpener, batch, consume, offsets_of
+from .test_disk_full import file_size_limit
+
+ROOMY = LogConfig(segment_bytes=4096, index_interval_bytes=128)
+
+
+def _on_a_thread(pending: PendingAppend) -> AppendInfo:
+    writer = threading.Thread(target=pending.write)
+    writer.start()
+    writer.join()
+    return pending.finish()
+
+
+@settings(max_examples=30, deadline=None)
+@given(split=st.lists(st.booleans(), min_size=14, max_size=30))
+def test_two_step_appends_store_what_one_step_appends_store(
+    tmp_path_factory: pytest.TempPathFactory, split: list[bool]
+) -> None:
+    """The same producer batches appended in one step or two (in any mix, across rolls) give
+    the same offsets, the same AppendInfo and the same bytes to a consumer."""
+    root = tmp_path_factory.mktemp("two-step")
+    one_step, two_step = LogOpener(root / "a"), LogOpener(root / "b")
+    plain, threaded = one_step(ROOMY), two_step(ROOMY)
+    try:
+        for number, on_thread in enumerate(split):
+            records = batch(2, timestamp=1_000 + number, value=bytes([number]) * 150)
+            expected = plain.append_as_leader(records, leader_epoch=3, now_ms=number)
+            if on_thread:
+                started = threaded.start_append(records, leader_epoch=3, now_ms=number)
+                assert isinstance(started, PendingAppend)
+                got = _on_a_thread(started)
+            else:
+                got = threaded.append_as_leader(records, leader_epoch=3, now_ms=number)
+            assert got == expected
+        assert consume(threaded) == consume(plain)
+        assert len(threaded.segments) == len(plain.segments) > 1
+    finally:
+        one_step.close_leftovers()
+        two_step.close_leftovers()
+
+
+def test_nothing_is_readable_and_no_append_starts_until_the_write_is_taken_in(
+    open_log: LogOpener,
+) -> None:
+    log = open_log(ROOMY)
+    log.append_as_leader(batch(1), leader_epoch=0, now_ms=0)
+    pending = log.start_append(batch(4), leader_epoch=0, now_ms=1)
+    assert isinstance(pending, PendingAppend)
+    busy = log.appending
+    assert busy
+    with pytest.raises(RuntimeError, match="already under way"):
+        log.append_as_leader(batch(1), leader_epoch=0, now_ms=1)
+    with pytest.raises(RuntimeError, match="already under way"):
+        log.start_append(batch(1), leader_epoch=0, now_ms=1)
+    pending.write()
+    assert log.log_end_offset == 1  # written, not yet taken in: consumers do not see it
+    assert offsets_of(log) == [0]
+    info = pending.finish()
+    assert (info.first_offset, info.last_offset) == (1, 4)
+    assert not log.appending
+    assert offsets_of(log) == [0, 1, 2, 3, 4]
+
+
+def test_a_short_write_on_the_thread_leaves_no_torn_batch(open_log: LogOpener) -> None:
+    log = open_log(ROOMY)
+    log.append_as_leader(batch(2), leader_epoch=0, now_ms=0)
+    stored = consume(log)
+    size = log.active_segment.size
+    pending = log.start_append(batch(3, value=b"x" * 400), leader_epoch=0, now_ms=1)
+    assert isinstance(pending, PendingAppend)
+    with file_size_limit(size + 100):
+        pending.write()
+    with pytest.raises(LogDirFailure, match=r"short write|too large"):
+        pending.finish()
+    assert os.path.getsize(log.active_segment.log_path) == size
+    assert consume(log) == stored
+    assert log.log_end_offset == 2
+
+
+def test_a_log_closed_during_the_write_is_not_written_through_a_reused_descriptor(
+    open_log: LogOpener, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The topic is deleted (its segments closed) while the batch is on its way: the write
+    goes to the deleted file through the append's own descriptor, never to whatever file the
+    kernel handed the segment's old descriptor number to, and taking it in fails."""
+    log = open_log(ROOMY)
+    log.append_as_leader(batch(1), leader_epoch=0, now_ms=0)
+    pending = log.start_append(batch(3, value=b"y" * 300), leader_epoch=0, now_ms=1)
+    assert isinstance(pending, PendingAppend)
+    old_fd = log.active_segment.fd
+    for segment in log.segments:
+        segment.close()
+    bystander = tmp_path_factory.mktemp("other") / "bystander"
+    fd = os.open(bystander, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        assert fd == old_fd  # the lowest free number: the segment's old one
+        pending.write()
+        assert os.fstat(fd).st_size == 0
+    finally:
+        os.close(fd)
+    with pytest.raises(LogOffline, match="closed while a batch was being written"):
+        pending.finish()
+    assert not log.appending
