@@ -224,6 +224,29 @@ class BrokerConfig:
     def advertised(self) -> tuple[Listener, ...]:
         return self.advertised_listeners or self.listeners
 
+    def kafka_values(self) -> dict[str, str | None]:
+        """The value the node runs with for each Kafka name it reads, written as Kafka writes
+        it, set or not: what DescribeConfigs reports where `server.properties` is silent (a
+        default may differ from Kafka's: `process.roles`, `node.id`, `log.dirs`, ...). The
+        `log.*` topic defaults are Kafka's and resolve through their own chain."""
+        values: dict[str, str | None] = {}
+        for key, (attribute, _) in _BROKER.items():
+            if key in _NOT_KAFKA:
+                continue
+            values[key] = _kafka_string(getattr(self, attribute))
+        values["controller.quorum.voters"] = ",".join(
+            f"{node}@{host}:{port}" for node, (host, port) in self.controller_quorum_voters.items()
+        )
+        values["listener.security.protocol.map"] = ",".join(
+            f"{name}:{protocol}" for name, protocol in self.listener_security_protocol_map.items()
+        )
+        values["max.connections.per.ip.overrides"] = ",".join(
+            f"{host}:{count}" for host, count in self.max_connections_per_ip_overrides.items()
+        )
+        values["process.roles"] = ",".join(sorted(self.process_roles))
+        values["advertised.listeners"] = ",".join(map(str, self.advertised))
+        return values
+
     @classmethod
     def load(cls, path: Path | None, overrides: Mapping[str, str] | None = None) -> BrokerConfig:
         properties = parse_properties(path.read_text()) if path is not None else {}
@@ -292,6 +315,16 @@ class BrokerConfig:
             )
 
 
+def _kafka_string(value: object) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    return str(value)
+
+
 def _ip_overrides(key: str, raw: str) -> dict[str, int]:
     overrides: dict[str, int] = {}
     for entry in _list(key, raw):
@@ -358,6 +391,9 @@ _BROKER: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "log.cleaner.dedupe.buffer.size": ("log_cleaner_dedupe_buffer_size", _int(1)),
     "gregor.metrics.listener": ("metrics_listener", _http_listener),
 }
+
+_NOT_KAFKA = frozenset({"gregor.metrics.listener"})
+"""Gregor's own names: not Kafka configs, listed only when `server.properties` sets them."""
 
 # Broker-level names that set a topic default, and the topic name they set.
 _LOG_DEFAULTS = {

@@ -16,14 +16,15 @@ import uuid
 from pathlib import Path
 
 from broker.compaction import run_cleaner
-from broker.config import BrokerConfig
+from broker.config import BrokerConfig, InvalidConfig
 from broker.groups.api import GroupConfig
 from broker.groups.persistence import LogGroupLog
 from broker.groups.service import GroupService
 from broker.handlers import NodeState, build_dispatcher
 from broker.handlers.context import OFFSETS_TOPIC, Endpoint, steady_clock_ms, wall_clock_ms
 from broker.kraft import MetadataService
-from broker.metadata import MetadataImage, PartitionChanged
+from broker.metadata import BROKER_RESOURCE, ConfigChanged, MetadataImage, PartitionChanged
+from broker.metadata.image import Change
 from broker.metrics import BrokerMetrics, MetricsEndpoint
 from broker.replica import ReplicaManager
 from broker.server import BoundListener, BrokerServer
@@ -33,6 +34,13 @@ from broker.storage.manager import TopicPartition
 __all__ = ["Node", "NodeError", "format_log_dirs", "new_cluster_id"]
 
 log = logging.getLogger(__name__)
+
+_CONNECTION_LIMITS = (
+    "max.connections",
+    "max.connections.per.ip",
+    "max.connections.per.ip.overrides",
+)
+"""The connection limits a dynamic broker config changes on a running node."""
 
 META_PROPERTIES = "meta.properties"
 HOUSEKEEPING_INTERVAL_S = 1.0
@@ -146,6 +154,8 @@ class Node:
             assert self.metrics is not None
             dispatcher.observer = self.metrics.request_done
         self.server = BrokerServer(self.config, dispatcher)
+        self._apply_connection_limits()
+        metadata.subscribers.append(self._follow_connection_limits)
         bound = await self.server.start()
         by_name = {b.name: b for b in bound}
         for listener in self.config.advertised:
@@ -167,6 +177,28 @@ class Node:
                 )
             )
         return bound
+
+    def _follow_connection_limits(self, change: Change) -> None:
+        if isinstance(change, ConfigChanged) and change.resource_type == BROKER_RESOURCE:
+            self._apply_connection_limits()
+
+    def _apply_connection_limits(self) -> None:
+        """`max.connections`, `max.connections.per.ip` and its overrides, dynamic as in Kafka:
+        this broker's dynamic value over every broker's over `server.properties`. They apply
+        to connections accepted from now on; open ones stay."""
+        assert self.metadata is not None
+        assert self.server is not None
+        dynamic = self.metadata.cluster_dynamic_configs | self.metadata.broker_dynamic_configs
+        chosen = {name: dynamic[name] for name in _CONNECTION_LIMITS if name in dynamic}
+        try:
+            limits = BrokerConfig.from_properties(self.config.properties | chosen)
+        except InvalidConfig as exc:
+            log.warning("dynamic connection limits not applied: %s", exc)
+            return
+        quotas = self.server.admission.quotas
+        quotas.max_connections = limits.max_connections
+        quotas.max_per_ip = limits.max_connections_per_ip
+        quotas.overrides = dict(limits.max_connections_per_ip_overrides)
 
     def _group_config(self, image: MetadataImage) -> GroupConfig:
         """The coordinator's settings. Once `__consumer_offsets` exists its partition count is

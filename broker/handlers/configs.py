@@ -1,18 +1,23 @@
 """DescribeConfigs, AlterConfigs, IncrementalAlterConfigs for topics and brokers.
 
 Topic configs are listed in full with Kafka's names, effective values and sources (topic, dynamic
-broker, static broker, default) and, when asked, their synonyms and documentation. Broker
-configs list what `server.properties` set, the dynamic values set through these APIs, and the
-defaults of the topic-level settings a broker provides. Changes go through the controller and
-reach the partition logs once committed.
+broker, static broker, default) and, when asked, their synonyms and documentation. A broker
+lists every config a Kafka broker lists (`broker.metadata.broker_configs`), with the values it
+runs with; the cluster default (empty name) lists what was set for every broker. Changes go
+through the controller and reach the partition logs and the connection limits once committed.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from broker.metadata import ConfigOp, ConfigSource, ConfigType, QuorumController
-from broker.metadata.configs import TOPIC_CONFIGS, broker_levels
+from broker.config import BrokerConfig
+from broker.metadata import ConfigOp, ConfigSource, QuorumController
+from broker.metadata.broker_configs import (
+    BROKER_CONFIGS,
+    describe_broker,
+    describe_cluster_default,
+)
 from broker.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
 from broker.protocol import ApiKey, ErrorCode, ResponseBody, build, response_module
 from broker.server import RequestContext
@@ -21,16 +26,11 @@ from .context import NO_THROTTLE, NodeState
 
 __all__ = ["AlterConfigs", "DescribeConfigs", "IncrementalAlterConfigs"]
 
-_SENSITIVE_MARKERS = ("password", "secret", "sasl.jaas.config")
-
-
-def _sensitive(name: str) -> bool:
-    return any(marker in name for marker in _SENSITIVE_MARKERS)
-
 
 class DescribeConfigs:
     def __init__(self, state: NodeState) -> None:
         self._state = state
+        self._levels: tuple[dict[str, str], dict[str, str | None]] | None = None
 
     async def __call__(self, context: RequestContext, request: Any) -> ResponseBody:
         version = context.header.api_version
@@ -47,11 +47,11 @@ class DescribeConfigs:
                 build(
                     schema.DescribeConfigsResourceResult,
                     name=name,
-                    value=None if _sensitive(name) else value,
+                    value=None if sensitive else value,
                     read_only=read_only,
                     config_source=int(source),
                     is_default=source == ConfigSource.DEFAULT_CONFIG,
-                    is_sensitive=_sensitive(name),
+                    is_sensitive=sensitive,
                     synonyms=tuple(
                         build(schema.DescribeConfigsSynonym, name=n, value=v, source=int(s))
                         for n, v, s in synonyms
@@ -61,7 +61,7 @@ class DescribeConfigs:
                     config_type=int(kind),
                     documentation=doc if docs_wanted else None,
                 )
-                for name, value, source, read_only, synonyms, kind, doc in entries
+                for name, value, source, read_only, synonyms, kind, doc, sensitive in entries
             )
             results.append(
                 build(
@@ -101,48 +101,75 @@ class DescribeConfigs:
                         r.synonyms,
                         r.definition.type,
                         r.definition.doc,
+                        False,
                     )
                     for r in resolved
                 ],
             )
         if resource_type == BROKER_RESOURCE:
-            if name and name != str(state.node_id):
-                return ErrorCode.invalid_request, f"Unexpected broker id {name}", []
+            if not name:
+                described = describe_cluster_default(state.metadata.cluster_dynamic_configs)
+            elif not _is_int(name):
+                return (
+                    ErrorCode.invalid_request,
+                    f"Broker id must be an integer, but it is: {name}",
+                    [],
+                )
+            elif int(name) != state.node_id:
+                return (
+                    ErrorCode.invalid_request,
+                    f"Unexpected broker id, expected {state.node_id} or empty string, but "
+                    f"received {name}",
+                    [],
+                )
+            else:
+                static, defaults = self._broker_levels()
+                described = describe_broker(
+                    state.metadata.broker_dynamic_configs,
+                    state.metadata.cluster_dynamic_configs,
+                    static,
+                    defaults,
+                )
             return (
                 ErrorCode.none,
                 None,
-                self._broker_entries(
-                    state.metadata.broker_dynamic_configs, state.metadata.cluster_dynamic_configs
-                ),
+                [
+                    (d.name, d.value, d.source, d.read_only, d.synonyms, d.type, d.doc, d.sensitive)
+                    for d in described
+                ],
             )
         return ErrorCode.invalid_request, f"Unsupported resource type {resource_type}", []
 
-    def _broker_entries(
-        self, broker_dynamic: dict[str, str], cluster_dynamic: dict[str, str]
-    ) -> list[Any]:
-        static = self._state.config.properties
-        entries: dict[str, Any] = {}
-        for definition in TOPIC_CONFIGS.values():
-            if definition.broker_name is None:
-                continue
-            key = definition.broker_name
-            levels = broker_levels(key, broker_dynamic, cluster_dynamic, static.get(key))
-            levels.append((key, definition.default, ConfigSource.DEFAULT_CONFIG))
-            _, value, source = levels[0]
-            entries[key] = (key, value, source, False, tuple(levels), definition.type, None)
-        for key, value in static.items():
-            if key not in entries:
-                levels = [(key, value, ConfigSource.STATIC_BROKER_CONFIG)]
-                entries[key] = (
-                    key,
-                    value,
-                    ConfigSource.STATIC_BROKER_CONFIG,
-                    True,
-                    tuple(levels),
-                    ConfigType.STRING,
-                    None,
+    def _broker_levels(self) -> tuple[dict[str, str], dict[str, str | None]]:
+        """This node's `server.properties` and its defaults under every broker config name:
+        Kafka's, with the value the node runs with over them where it has the setting (the
+        advertised listeners as registered, their ports bound). Both are fixed once the node
+        serves, so they are assembled once."""
+        if self._levels is None:
+            config = self._state.config
+            static = dict(config.properties)
+            if "node.id" in static:
+                # Kafka's KRaft mode sets broker.id from node.id among the given properties.
+                static.setdefault("broker.id", static["node.id"])
+            # A name the file sets has the node's default under it; one it leaves alone, the
+            # value the node derived (advertised.listeners from listeners, log.dirs from log.dir).
+            defaults: dict[str, str | None] = {
+                name: d.default for name, d in BROKER_CONFIGS.items()
+            }
+            defaults.update(BrokerConfig().kafka_values())
+            effective = config.kafka_values()
+            advertised = self._state.advertised
+            if advertised:
+                effective["advertised.listeners"] = ",".join(
+                    f"{listener}://{e.host}:{e.port}" for listener, e in advertised.items()
                 )
-        return [entries[k] for k in sorted(entries)]
+            defaults.update((k, v) for k, v in effective.items() if k not in static)
+            self._levels = static, defaults
+        return self._levels
+
+
+def _is_int(name: str) -> bool:
+    return name.lstrip("-").isdigit()
 
 
 class _Alter:
@@ -163,6 +190,18 @@ class _Alter:
         responses = []
         for resource in request.resources:
             ops = self._ops(resource)
+            refused = self._other_broker(resource.resource_type, resource.resource_name)
+            if refused is not None:
+                responses.append(
+                    build(
+                        schema.AlterConfigsResourceResponse,
+                        error_code=ErrorCode.invalid_request,
+                        error_message=refused,
+                        resource_type=resource.resource_type,
+                        resource_name=resource.resource_name,
+                    )
+                )
+                continue
 
             def decide(
                 controller: QuorumController, resource: Any = resource, ops: Any = ops
@@ -194,6 +233,17 @@ class _Alter:
             response_type, throttle_time=NO_THROTTLE, responses=tuple(responses)
         )
         return response
+
+    def _other_broker(self, resource_type: int, name: str) -> str | None:
+        """A broker's own configs are changed through that broker (as Kafka's clients send
+        them), so a request naming another one is refused in Kafka's words."""
+        if resource_type != BROKER_RESOURCE or not name:
+            return None
+        if not _is_int(name):
+            return f"Node id must be an integer, but it is: {name}"
+        if int(name) != self._state.node_id:
+            return f"Unexpected broker id, expected {self._state.node_id}, but received {name}"
+        return None
 
 
 class AlterConfigs(_Alter):

@@ -22,7 +22,6 @@ from broker.storage.config import (
 )
 
 __all__ = [
-    "BROKER_DYNAMIC",
     "TOPIC_CONFIGS",
     "ConfigDef",
     "ConfigSource",
@@ -312,11 +311,6 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
         ),
     )
 }
-
-BROKER_DYNAMIC: frozenset[str] = frozenset(
-    d.broker_name for d in TOPIC_CONFIGS.values() if d.broker_name is not None
-)
-"""Broker settings kafka-configs may change at runtime: the topic defaults."""
 
 
 def validate_topic_configs(configs: Mapping[str, str | None]) -> None:

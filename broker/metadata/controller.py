@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from broker.protocol.errors import ErrorCode
 from broker.storage.config import InvalidConfig
 
-from .configs import BROKER_DYNAMIC, TOPIC_CONFIGS, ConfigType, validate_topic_configs
+from .broker_configs import BROKER_CONFIGS, invalid_broker_update, is_list_config
+from .configs import TOPIC_CONFIGS, ConfigType, validate_topic_configs
 from .image import (
     BROKER_ONLY_TOPICS,
     BROKER_RESOURCE,
@@ -117,7 +118,6 @@ class Outcome:
     message: str | None = None
 
 
-_LIST_CONFIGS = {name for name, d in TOPIC_CONFIGS.items() if d.type == ConfigType.LIST}
 _TOPIC_NAME_OF = {d.broker_name: d.name for d in TOPIC_CONFIGS.values() if d.broker_name}
 """Broker-level name → the topic config it sets the default of."""
 
@@ -415,8 +415,6 @@ class QuorumController:
                     ErrorCode.unknown_topic_or_partition,
                     f"The topic '{resource_name}' does not exist.",
                 )
-            current = dict(self.image.configs.get((resource_type, resource_name), {}))
-            known = set(TOPIC_CONFIGS)
         elif resource_type == BROKER_RESOURCE:
             if resource_name and (
                 not resource_name.isdigit() or int(resource_name) not in self.image.brokers
@@ -424,26 +422,25 @@ class QuorumController:
                 return [], Outcome(
                     ErrorCode.invalid_request, f"Unknown broker id {resource_name!r}"
                 )
-            current = dict(self.image.configs.get((resource_type, resource_name), {}))
-            known = set(BROKER_DYNAMIC)
         else:
             return [], Outcome(
                 ErrorCode.invalid_request, f"Unsupported resource type {resource_type}"
             )
+        current = dict(self.image.configs.get((resource_type, resource_name), {}))
         updated = {} if replace else dict(current)
         for op in ops:
-            if op.name not in known:
-                if resource_type == BROKER_RESOURCE:
-                    return [], Outcome(
-                        ErrorCode.invalid_request,
-                        f"Cannot update these configs dynamically: {{{op.name}}}",
-                    )
+            if resource_type == TOPIC_RESOURCE and op.name not in TOPIC_CONFIGS:
                 return [], Outcome(
                     ErrorCode.invalid_config, f"Unknown topic config name: {op.name}"
                 )
-            outcome = _apply_op(updated, op, _default_of(resource_type, op.name))
+            outcome = _apply_op(updated, op, resource_type)
             if outcome is not None:
                 return [], outcome
+        if resource_type == BROKER_RESOURCE:
+            # Kafka checks the whole set the level would hold, not only the names sent.
+            refused = invalid_broker_update(updated, per_broker=bool(resource_name))
+            if refused is not None:
+                return [], Outcome(ErrorCode.invalid_request, refused)
         # A broker-level default is held to the rules of the topic config it is the default of.
         as_topic = (
             updated
@@ -453,7 +450,12 @@ class QuorumController:
         try:
             validate_topic_configs(as_topic)
         except InvalidConfig as exc:
-            return [], Outcome(ErrorCode.invalid_config, str(exc))
+            error = (
+                ErrorCode.invalid_config
+                if resource_type == TOPIC_RESOURCE
+                else ErrorCode.invalid_request
+            )
+            return [], Outcome(error, str(exc))
         records: list[MetadataRecord] = []
         for key in sorted(set(current) | set(updated)):
             if current.get(key) != updated.get(key):
@@ -486,17 +488,19 @@ def _within(records: int, budget: int) -> None:
         )
 
 
-def _default_of(resource_type: int, name: str) -> str:
+def _list_default(resource_type: int, name: str) -> str | None:
     """What APPEND and SUBTRACT start from when the resource does not set `name`: Kafka's
-    default for it (as Kafka's ConfigurationControlManager does), not nothing."""
+    default for it (as Kafka's ConfigurationControlManager and ConfigAdminManager do), not
+    nothing; None if `name` is not a list config, which they refuse."""
     if resource_type == TOPIC_RESOURCE:
-        definition = TOPIC_CONFIGS.get(name)
-    else:
-        definition = TOPIC_CONFIGS.get(_TOPIC_NAME_OF.get(name, ""))
-    return "" if definition is None else definition.default
+        topic = TOPIC_CONFIGS.get(name)
+        return topic.default if topic is not None and topic.type == ConfigType.LIST else None
+    if not is_list_config(name):
+        return None
+    return BROKER_CONFIGS[name].default or ""
 
 
-def _apply_op(configs: dict[str, str], op: ConfigOp, default: str) -> Outcome | None:
+def _apply_op(configs: dict[str, str], op: ConfigOp, resource_type: int) -> Outcome | None:
     if op.op == 0:
         if op.value is None:
             return Outcome(ErrorCode.invalid_request, f"Null value not supported for {op.name}")
@@ -504,10 +508,14 @@ def _apply_op(configs: dict[str, str], op: ConfigOp, default: str) -> Outcome | 
     elif op.op == 1:
         configs.pop(op.name, None)
     elif op.op in (2, 3):
-        if op.name not in _LIST_CONFIGS:
+        default = _list_default(resource_type, op.name)
+        if default is None:
+            if resource_type == BROKER_RESOURCE and op.name not in BROKER_CONFIGS:
+                return Outcome(ErrorCode.invalid_config, f"Unknown config name: {op.name}")
+            verb = "append" if op.op == 2 else "subtract"
             return Outcome(
                 ErrorCode.invalid_config,
-                f"Config value append is not allowed for config key: {op.name}",
+                f"Config value {verb} is not allowed for config key: {op.name}",
             )
         # A list not set here starts from its default: APPEND compact to a topic without a
         # cleanup.policy gives delete,compact, as in Kafka, not compact alone.

@@ -194,7 +194,10 @@ def test_incremental_and_replacing_config_changes() -> None:
         (TOPIC_RESOURCE, "t", ConfigOp("retention.ms", 2, "1"), "invalid_config"),
         (BROKER_RESOURCE, "1", ConfigOp("node.id", 0, "2"), "invalid_request"),
         (BROKER_RESOURCE, "9", ConfigOp("log.retention.ms", 0, "2"), "invalid_request"),
-        (BROKER_RESOURCE, "", ConfigOp("log.retention.ms", 0, "x"), "invalid_config"),
+        (BROKER_RESOURCE, "", ConfigOp("log.retention.ms", 0, "x"), "invalid_request"),
+        (BROKER_RESOURCE, "", ConfigOp("log.dirs", 0, "/x"), "invalid_request"),
+        (BROKER_RESOURCE, "1", ConfigOp("num.io.threads", 2, "4"), "invalid_config"),
+        (BROKER_RESOURCE, "1", ConfigOp("no.such.config", 2, "4"), "invalid_config"),
     ],
 )
 def test_invalid_config_changes(resource: int, name: str, op: ConfigOp, error: str) -> None:
@@ -215,6 +218,26 @@ def test_dynamic_broker_defaults() -> None:
     assert outcome.error == ErrorCode.none
     _commit(image, records)
     assert image.configs[(BROKER_RESOURCE, "")] == {"log.retention.ms": "1000"}
+
+
+def test_dynamic_broker_configs_kafka_accepts_and_lists_that_start_from_their_default() -> None:
+    image = _image()
+    controller = _controller(image)
+    records, outcome = controller.alter_configs(
+        BROKER_RESOURCE,
+        "1",
+        [
+            ConfigOp("sasl.kerberos.min.time.before.relogin", 0, "61000"),
+            ConfigOp("sasl.enabled.mechanisms", 2, "PLAIN"),
+        ],
+        replace=False,
+    )
+    assert outcome.error == ErrorCode.none
+    _commit(image, records)
+    assert image.configs[(BROKER_RESOURCE, "1")] == {
+        "sasl.kerberos.min.time.before.relogin": "61000",
+        "sasl.enabled.mechanisms": "GSSAPI,PLAIN",
+    }
 
 
 def test_producer_id_blocks_never_overlap() -> None:
