@@ -260,7 +260,8 @@ class BrokerMetrics(Collector):
         slot = _REPLICATION_BYTES_OUT if to_follower else _BYTES_OUT
         all_topics = self._all_topics
         for topic in response.responses:
-            counters = self._topic(topic.topic)
+            # An unknown topic id (Fetch v13+) has no name and no series of its own.
+            counters = self._topic(topic.topic) if topic.topic else [0] * len(_TOPIC_COUNTERS)
             for partition in topic.partitions:
                 size = len(partition.records) if partition.records else 0
                 counters[slot] += size

@@ -205,6 +205,10 @@ class OffsetCommitRequest:
     retention_time_ms: int = -1
     """OffsetCommit v2–v4: a per-commit expiry; -1 uses `offsets.retention.minutes`."""
     offsets: tuple[CommitOffset, ...] = ()
+    api_version: int = 8
+    """The OffsetCommit version: from v9 a commit with a generation to a group that does not
+    exist is GROUP_ID_NOT_FOUND, before ILLEGAL_GENERATION (Kafka's OffsetMetadataManager).
+    On a classic group v9+'s GenerationIdOrMemberEpoch is the generation, as before."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -158,6 +158,8 @@ class GroupCoordinator(Membership):
         if group is None:
             if request.generation_id >= 0:
                 # OffsetCommit v9+ says GROUP_ID_NOT_FOUND; older versions ILLEGAL_GENERATION.
+                if request.api_version >= 9:
+                    return answer_all(E.group_id_not_found)
                 return answer_all(E.illegal_generation)
             # A consumer without group management (or the admin client): a "simple" group.
             group = self.groups[group_id] = ClassicGroup(group_id, state_timestamp=now_ms)
@@ -264,7 +266,8 @@ class GroupCoordinator(Membership):
             return GroupDescription(group_id, error)
         group = self.groups.get(group_id)
         if group is None:
-            return GroupDescription(group_id, E.none)
+            # Dead, and not found: DescribeGroups v6+ says so, older versions only say Dead.
+            return GroupDescription(group_id, E.group_id_not_found)
         stable = group.is_(S.STABLE) and group.protocol_name is not None
         protocol = group.protocol_name if stable and group.protocol_name else ""
         members = tuple(

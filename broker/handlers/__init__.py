@@ -12,7 +12,40 @@ from .context import NodeState
 from .errors import error_response
 from .producer_ids import InitProducerId
 
-__all__ = ["NodeState", "build_dispatcher", "classify_error"]
+__all__ = ["HANDLED_APIS", "NodeState", "build_dispatcher", "classify_error"]
+
+HANDLED_APIS: frozenset[ApiKey] = frozenset(
+    {
+        ApiKey.PRODUCE,
+        ApiKey.FETCH,
+        ApiKey.LIST_OFFSETS,
+        ApiKey.METADATA,
+        ApiKey.OFFSET_COMMIT,
+        ApiKey.OFFSET_FETCH,
+        ApiKey.FIND_COORDINATOR,
+        ApiKey.JOIN_GROUP,
+        ApiKey.HEARTBEAT,
+        ApiKey.LEAVE_GROUP,
+        ApiKey.SYNC_GROUP,
+        ApiKey.DESCRIBE_GROUPS,
+        ApiKey.LIST_GROUPS,
+        ApiKey.API_VERSIONS,
+        ApiKey.CREATE_TOPICS,
+        ApiKey.DELETE_TOPICS,
+        ApiKey.DELETE_RECORDS,
+        ApiKey.INIT_PRODUCER_ID,
+        ApiKey.DESCRIBE_CONFIGS,
+        ApiKey.ALTER_CONFIGS,
+        ApiKey.DESCRIBE_LOG_DIRS,
+        ApiKey.CREATE_PARTITIONS,
+        ApiKey.DELETE_GROUPS,
+        ApiKey.INCREMENTAL_ALTER_CONFIGS,
+        ApiKey.OFFSET_DELETE,
+        ApiKey.DESCRIBE_CLUSTER,
+    }
+)
+"""The APIs a node has handlers for, known without a node: `gregor api-versions` prints their
+advertisement. `build_dispatcher` refuses to build a dispatcher whose handlers differ."""
 
 
 def classify_error(exc: Exception) -> ErrorCode:
@@ -49,4 +82,8 @@ def build_dispatcher(state: NodeState) -> Dispatcher:
     handlers[ApiKey.INIT_PRODUCER_ID] = InitProducerId(state)
     error_responders = groups.register(handlers, state.groups, state)
     dispatcher.register(handlers, error_responders)
+    if dispatcher.handled_api_keys != HANDLED_APIS:
+        raise AssertionError(
+            f"HANDLED_APIS is out of date: handlers for {sorted(dispatcher.handled_api_keys)}"
+        )
     return dispatcher

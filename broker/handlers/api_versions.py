@@ -1,8 +1,11 @@
-"""ApiVersions: the APIs this node has handlers for, at the versions in the version table."""
+"""ApiVersions: the APIs this node has handlers for, at the versions in the version table.
+
+`advertisement` is the one answer: the handler sends it and `gregor api-versions` prints it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from broker.protocol import ApiKey, ErrorCode, ResponseBody, advertised, build, response_module
@@ -10,7 +13,13 @@ from broker.server import RequestContext
 
 from .context import NO_THROTTLE
 
-__all__ = ["Handler"]
+__all__ = ["Handler", "advertisement"]
+
+
+def advertisement(handled: Iterable[int]) -> list[tuple[ApiKey, int, int]]:
+    """(API key, min version, max version) of each API a node with handlers for `handled`
+    advertises, in API key order, as they go on the wire."""
+    return [(key, r.min, r.max) for key, r in sorted(advertised(handled).items())]
 
 
 class Handler:
@@ -21,8 +30,8 @@ class Handler:
         version = context.header.api_version
         schema = response_module(ApiKey.API_VERSIONS, version)
         entries = tuple(
-            build(schema.ApiVersion, api_key=key, min_version=r.min, max_version=r.max)
-            for key, r in sorted(advertised(self._handled()).items())
+            build(schema.ApiVersion, api_key=key, min_version=low, max_version=high)
+            for key, low, high in advertisement(self._handled())
         )
         response: ResponseBody = build(
             schema.ApiVersionsResponse,

@@ -9,7 +9,7 @@ from broker.protocol import ApiKey, ErrorCode, ResponseBody, build, response_mod
 from broker.server import RequestContext
 
 from .context import AUTHORIZED_OPERATIONS_OMITTED, CLUSTER_OPERATIONS, NO_THROTTLE, NodeState
-from .metadata import live_brokers
+from .metadata import registered_brokers
 
 __all__ = ["DeleteRecords", "DescribeCluster", "DescribeLogDirs"]
 
@@ -34,9 +34,11 @@ class DescribeCluster:
                 cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
             )
             return response
+        # v2 (KIP-1073): fenced brokers too when asked, each marked; before, live ones only.
+        with_fenced = getattr(request, "include_fenced_brokers", False)
         brokers = tuple(
-            build(schema.DescribeClusterBroker, broker_id=i, host=h, port=p, rack=r)
-            for i, h, p, r in live_brokers(self._state, context.listener)
+            build(schema.DescribeClusterBroker, broker_id=i, host=h, port=p, rack=r, is_fenced=f)
+            for i, h, p, r, f in registered_brokers(self._state, context.listener, with_fenced)
         )
         response = build(
             schema.DescribeClusterResponse,
@@ -103,6 +105,9 @@ class DescribeLogDirs:
                     ),
                     total_bytes=usage.f_blocks * usage.f_frsize,
                     usable_bytes=usage.f_bavail * usage.f_frsize,
+                    # v5 (KIP-1066): a cordoned dir takes no new partitions; Gregor has no
+                    # `cordoned.log.dirs`, so none is.
+                    is_cordoned=False,
                 )
             )
         response: ResponseBody = build(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -21,6 +22,7 @@ __all__ = [
     "NO_THROTTLE",
     "OFFSETS_TOPIC",
     "TOPIC_OPERATIONS",
+    "CurrentLeader",
     "Endpoint",
     "NodeState",
     "steady_clock_ms",
@@ -80,6 +82,17 @@ class Endpoint:
     port: int
 
 
+@dataclass(frozen=True, slots=True)
+class CurrentLeader:
+    """A partition's leader as the metadata image has it (KIP-951: Produce v10+ and Fetch v16+
+    name it beside NOT_LEADER_OR_FOLLOWER so the client can move without a Metadata round)."""
+
+    leader_id: int = -1
+    leader_epoch: int = -1
+    node: tuple[int, str, int, str | None] | None = None
+    """(id, host, port, rack) of the leader on the request's listener, if it is alive there."""
+
+
 @dataclass
 class NodeState:
     config: BrokerConfig
@@ -96,6 +109,19 @@ class NodeState:
     def node_id(self) -> int:
         return self.config.node_id
 
+    def current_leader(self, topic: str, partition: int, listener: str) -> CurrentLeader:
+        image = self.metadata.image
+        found = image.topics.get(topic)
+        state = found.partitions.get(partition) if found is not None else None
+        if state is None:
+            return CurrentLeader()
+        broker = image.brokers.get(state.leader)
+        node = None
+        if broker is not None and not broker.fenced and listener in broker.endpoints:
+            host, port = broker.endpoints[listener]
+            node = (state.leader, host, port, broker.rack)
+        return CurrentLeader(state.leader, state.leader_epoch, node)
+
     # -- what the group coordinator needs from the node (GroupNodeInfo) --------------------
 
     def coordinator_endpoint(self, listener: str) -> tuple[str, int] | None:
@@ -105,6 +131,14 @@ class NodeState:
     def partition_exists(self, topic: str, partition: int) -> bool:
         found = self.metadata.image.topics.get(topic)
         return found is not None and partition in found.partitions
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        found = self.metadata.image.topics_by_id.get(topic_id)
+        return None if found is None else found.name
+
+    def topic_id(self, name: str) -> uuid.UUID | None:
+        found = self.metadata.image.topics.get(name)
+        return None if found is None else found.topic_id
 
     async def ensure_offsets_topic(self) -> bool:
         """Create `__consumer_offsets` on first use, as Kafka does: compacted, with

@@ -8,15 +8,21 @@ consumer. Records are not read here: each partition's answer holds a pinned slic
 segment, which the server sends with `sendfile` (`broker/protocol/fetch.py`). Fetch sessions
 (KIP-227) are not kept: every response has session id 0, which tells clients to send full
 fetch requests.
+
+From v13 topics come by id (KIP-516), resolved through the metadata image; from v16 a partition
+whose leader moved names the new leader and its endpoint (KIP-951). The follower-only fields of
+v15, v17 and v18 (ReplicaState, ReplicaDirectoryId, HighWatermark) are read with a consumer's
+meaning: replicas do not fetch through this handler.
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 from broker.protocol import ErrorCode
-from broker.protocol.fetch import FetchPartition, FetchResponse, FetchTopic
+from broker.protocol.fetch import FetchPartition, FetchResponse, FetchTopic, NodeEndpoint
 from broker.replica import FetchResult
 from broker.server import RequestContext, parked
 
@@ -24,48 +30,99 @@ from .context import NodeState
 
 __all__ = ["Handler"]
 
+FIRST_TOPIC_ID_VERSION = 13
+FIRST_CURRENT_LEADER_VERSION = 16
+_LEADER_MOVED = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)
+_UNKNOWN_TOPIC_ID = FetchResult(ErrorCode.unknown_topic_id)
+
 
 class Handler:
     def __init__(self, state: NodeState) -> None:
+        self._state = state
         self._replicas = state.replicas
 
     async def __call__(self, context: RequestContext, request: Any) -> FetchResponse:
+        version = context.header.api_version
         loop = asyncio.get_running_loop()
         deadline = loop.time() + request.max_wait.total_seconds()
-        keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+        # From v13 topics are named by id (KIP-516); an id the image does not know is answered
+        # UNKNOWN_TOPIC_ID for each of its partitions, as Kafka does.
+        names = [self._name(topic, version) for topic in request.topics]
+        keys = [
+            (name, p.partition)
+            for name, t in zip(names, request.topics, strict=True)
+            if name is not None
+            for p in t.partitions
+        ]
         while True:
-            reads, total, errors = self._read(request)
+            reads, total, errors = self._read(request, names)
             remaining = deadline - loop.time()
             if total >= request.min_bytes or errors or remaining <= 0 or not keys:
                 break
             with parked():  # a client that goes away does not leave its wait behind
                 await self._replicas.wait_for_append(keys, remaining)
         # No await from the read to here: every slice is pinned before the log can change.
-        responses = [
-            FetchTopic(topic.topic, tuple(_partition(wanted, got) for wanted, got in partitions))
-            for topic, partitions in zip(request.topics, reads, strict=True)
-        ]
+        endpoints: dict[int, NodeEndpoint] = {}
+        responses = []
+        for topic, name, partitions in zip(request.topics, names, reads, strict=True):
+            answers = []
+            for wanted, got in partitions:
+                answer = _partition(wanted, got)
+                if version >= FIRST_CURRENT_LEADER_VERSION and got.error in _LEADER_MOVED:
+                    assert name is not None  # an unknown topic id is not a moved leader
+                    self._point_at_leader(answer, name, context.listener, endpoints)
+                answers.append(answer)
+            responses.append(
+                FetchTopic(
+                    name or "", tuple(answers), getattr(topic, "topic_id", None) or uuid.UUID(int=0)
+                )
+            )
         return FetchResponse(
-            throttle_time_ms=0, error_code=ErrorCode.none, session_id=0, responses=tuple(responses)
+            throttle_time_ms=0,
+            error_code=ErrorCode.none,
+            session_id=0,
+            responses=tuple(responses),
+            node_endpoints=tuple(endpoints.values()),
         )
 
-    def _read(self, request: Any) -> tuple[list[list[tuple[Any, FetchResult]]], int, bool]:
+    def _name(self, topic: Any, version: int) -> str | None:
+        if version < FIRST_TOPIC_ID_VERSION:
+            return str(topic.topic)
+        return self._state.topic_name(topic.topic_id) if topic.topic_id is not None else None
+
+    def _point_at_leader(
+        self, answer: FetchPartition, topic: str, listener: str, endpoints: dict[int, NodeEndpoint]
+    ) -> None:
+        """KIP-951, as Kafka's fetch path: the partition's current leader and epoch, and the
+        leader's endpoint on this listener among the response's node endpoints."""
+        leader = self._state.current_leader(topic, answer.partition_index, listener)
+        answer.current_leader_id = leader.leader_id
+        answer.current_leader_epoch = leader.leader_epoch
+        if leader.node is not None:
+            endpoints[leader.node[0]] = NodeEndpoint(*leader.node)
+
+    def _read(
+        self, request: Any, names: list[str | None]
+    ) -> tuple[list[list[tuple[Any, FetchResult]]], int, bool]:
         budget = request.max_bytes
         total = 0
         errors = False
         reads = []
-        for topic in request.topics:
+        for topic, name in zip(request.topics, names, strict=True):
             partitions = []
             for wanted in topic.partitions:
-                result = self._replicas.read(
-                    topic.topic,
-                    wanted.partition,
-                    wanted.fetch_offset,
-                    max(min(wanted.partition_max_bytes, budget), 0),
-                    min_one_batch=total == 0,
-                    # Only from v9 (KIP-320): older fetches skip the leader epoch check.
-                    current_leader_epoch=getattr(wanted, "current_leader_epoch", -1),
-                )
+                if name is None:
+                    result = _UNKNOWN_TOPIC_ID
+                else:
+                    result = self._replicas.read(
+                        name,
+                        wanted.partition,
+                        wanted.fetch_offset,
+                        max(min(wanted.partition_max_bytes, budget), 0),
+                        min_one_batch=total == 0,
+                        # Only from v9 (KIP-320): older fetches skip the leader epoch check.
+                        current_leader_epoch=getattr(wanted, "current_leader_epoch", -1),
+                    )
                 if result.records is not None:
                     total += result.records.size
                     budget -= result.records.size

@@ -1,16 +1,46 @@
-"""ListOffsets: earliest (-2), latest (-1), max timestamp (-3), or the first offset at or after a
-timestamp, per partition; read_committed sees the same as read_uncommitted (no transactions)."""
+"""ListOffsets: earliest (-2), latest (-1), max timestamp (-3), earliest local (-4), latest tiered
+(-5), earliest pending upload (-6), or the first offset at or after a timestamp, per partition;
+read_committed sees the same as read_uncommitted (no transactions).
+
+Each special timestamp exists from the version that introduced it, and an older request naming
+it is answered UNSUPPORTED_VERSION for that partition, as Kafka's ReplicaManager does. Without
+tiered storage -4 is the log start offset and -5/-6 are -1 (`broker.replica`). v10's TimeoutMs
+bounds Kafka's wait for remote storage; there is none to wait for here.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from broker.protocol import ApiKey, ResponseBody, build, response_module
+from broker.protocol import ApiKey, ErrorCode, ResponseBody, build, response_module
+from broker.replica import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_PENDING_UPLOAD_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    OffsetResult,
+)
 from broker.server import RequestContext
 
 from .context import NO_THROTTLE, NodeState
 
 __all__ = ["Handler"]
+
+FIRST_VERSION_OF: dict[int, int] = {
+    EARLIEST_TIMESTAMP: 1,
+    LATEST_TIMESTAMP: 1,
+    MAX_TIMESTAMP: 7,  # KIP-734
+    EARLIEST_LOCAL_TIMESTAMP: 8,  # KIP-405
+    LATEST_TIERED_TIMESTAMP: 9,  # KIP-1005
+    EARLIEST_PENDING_UPLOAD_TIMESTAMP: 11,  # KIP-1023
+}
+"""Special (negative) timestamps → the first ListOffsets version that may name them."""
+
+
+def _supported(timestamp: int, version: int) -> bool:
+    return timestamp >= 0 or version >= FIRST_VERSION_OF.get(timestamp, version + 1)
 
 
 class Handler:
@@ -24,12 +54,15 @@ class Handler:
         for topic in request.topics:
             partitions = []
             for wanted in topic.partitions:
-                result = self._replicas.list_offset(
-                    topic.name,
-                    wanted.partition_index,
-                    wanted.timestamp,
-                    getattr(wanted, "current_leader_epoch", -1),
-                )
+                if _supported(wanted.timestamp, version):
+                    result = self._replicas.list_offset(
+                        topic.name,
+                        wanted.partition_index,
+                        wanted.timestamp,
+                        getattr(wanted, "current_leader_epoch", -1),
+                    )
+                else:
+                    result = OffsetResult(ErrorCode.unsupported_version)
                 partitions.append(
                     build(
                         schema.ListOffsetsPartitionResponse,

@@ -4,6 +4,10 @@ Brokers are advertised on the listener the client connected through, as Kafka do
 client on an internal listener never gets an external address. Unknown topics are created
 when the client allows it and `auto.create.topics.enable` is on, with `num.partitions` and
 `default.replication.factor`; the answer then already describes the new topic.
+
+v13's top-level error code is Kafka's way to send a client back to its bootstrap servers
+(REBOOTSTRAP_REQUIRED, KIP-1102) when the cluster it knew is gone; a node always answers for its
+own cluster, so it is NONE here, as on a Kafka broker.
 """
 
 from __future__ import annotations
@@ -24,16 +28,26 @@ from .context import (
     NodeState,
 )
 
-__all__ = ["Handler", "error_response", "live_brokers"]
+__all__ = ["Handler", "error_response", "live_brokers", "registered_brokers"]
 
 
 def live_brokers(state: NodeState, listener: str) -> list[tuple[int, str, int, str | None]]:
     """(id, host, port, rack) of every unfenced broker reachable on `listener`."""
+    return [b[:4] for b in registered_brokers(state, listener, with_fenced=False)]
+
+
+def registered_brokers(
+    state: NodeState, listener: str, with_fenced: bool
+) -> list[tuple[int, str, int, str | None, bool]]:
+    """(id, host, port, rack, fenced) of every broker reachable on `listener`, by id; the
+    fenced ones only `with_fenced` (DescribeCluster v2's IncludeFencedBrokers)."""
+    image = state.metadata.image
+    brokers = image.brokers.values() if with_fenced else image.live_brokers
     found = []
-    for broker in state.metadata.image.live_brokers:
+    for broker in sorted(brokers, key=lambda b: b.broker_id):
         endpoint = broker.endpoints.get(listener)
         if endpoint is not None:
-            found.append((broker.broker_id, endpoint[0], endpoint[1], broker.rack))
+            found.append((broker.broker_id, endpoint[0], endpoint[1], broker.rack, broker.fenced))
     return found
 
 
@@ -93,6 +107,7 @@ class Handler:
             cluster_id=state.cluster_id,
             controller_id=state.node_id,
             topics=tuple(topics),
+            error_code=ErrorCode.none,
             cluster_authorized_operations=CLUSTER_OPERATIONS
             if getattr(request, "include_cluster_authorized_operations", False)
             else AUTHORIZED_OPERATIONS_OMITTED,
@@ -156,6 +171,10 @@ def error_response(request: RequestBody, error: ErrorCode) -> ResponseBody:
         for topic in body.topics or ()
     )
     response: ResponseBody = build(
-        schema.MetadataResponse, throttle_time=NO_THROTTLE, brokers=(), topics=topics
+        schema.MetadataResponse,
+        throttle_time=NO_THROTTLE,
+        brokers=(),
+        topics=topics,
+        error_code=ErrorCode.none,  # the error is each topic's, as Kafka's error response
     )
     return response

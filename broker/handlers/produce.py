@@ -3,6 +3,11 @@
 acks=0 gets no response at all; if such a request fails, the connection is closed so the
 client notices, as Kafka does. acks=1 and acks=all are answered once the batch is in the log
 (and, for all, once the in-sync replicas have it — on one node, at once).
+
+From v13 topics come by id (KIP-516), resolved through the metadata image; an unknown id is
+answered UNKNOWN_TOPIC_ID. From v10 a NOT_LEADER_OR_FOLLOWER partition names its current leader
+and the response that leader's endpoint (KIP-951). v11 and v12 differ from v10 only in errors
+and in transactions (KIP-890), which Gregor does not serve.
 """
 
 from __future__ import annotations
@@ -19,9 +24,13 @@ from .context import NO_THROTTLE, NodeState
 
 __all__ = ["Handler"]
 
+FIRST_CURRENT_LEADER_VERSION = 10
+FIRST_TOPIC_ID_VERSION = 13
+
 
 class Handler:
     def __init__(self, state: NodeState) -> None:
+        self._state = state
         self._replicas = state.replicas
 
     async def __call__(self, context: RequestContext, request: Any) -> ResponseBody | None:
@@ -31,22 +40,30 @@ class Handler:
         partition_type = schema.PartitionProduceResponse
         topics = []
         failed: list[str] = []
+        endpoints: dict[int, Any] = {}
         for topic in request.topic_data:
             partitions = []
+            if version >= FIRST_TOPIC_ID_VERSION:
+                name = self._state.topic_name(topic.topic_id) if topic.topic_id else None
+            else:
+                name = topic.name
             for data in topic.partition_data:
                 record_errors: tuple[Any, ...] = ()
+                leader = None
                 if acks not in (0, 1, -1):
                     error, message, info = ErrorCode.invalid_required_acks, None, None
-                elif topic.name in INTERNAL_TOPICS:
+                elif name is None:
+                    error, message, info = ErrorCode.unknown_topic_id, None, None
+                elif name in INTERNAL_TOPICS:
                     # The group coordinator appends to __consumer_offsets itself; a client's
                     # records there would be read back as group state.
                     error, info = ErrorCode.invalid_topic_exception, None
-                    message = f"Cannot append to internal topic {topic.name}"
+                    message = f"Cannot append to internal topic {name}"
                 elif data.records is None:
                     error, message, info = ErrorCode.corrupt_message, "no records", None
                 else:
                     result = await self._replicas.append_offloaded(
-                        topic.name, data.index, data.records, acks
+                        name, data.index, data.records, acks
                     )
                     error, message, info = result.error, result.message, result.info
                     # Per-record errors exist from v8 (KIP-467); older clients get the code.
@@ -59,7 +76,23 @@ class Handler:
                             ),
                         )
                 if error != ErrorCode.none:
-                    failed.append(f"{topic.name}-{data.index}: {error.name}")
+                    failed.append(f"{name or topic.topic_id}-{data.index}: {error.name}")
+                if (
+                    error == ErrorCode.not_leader_or_follower
+                    and name is not None
+                    and version >= FIRST_CURRENT_LEADER_VERSION
+                ):
+                    found = self._state.current_leader(name, data.index, context.listener)
+                    leader = build(
+                        schema.LeaderIdAndEpoch,
+                        leader_id=found.leader_id,
+                        leader_epoch=found.leader_epoch,
+                    )
+                    if found.node is not None:
+                        node_id, host, port, rack = found.node
+                        endpoints[node_id] = build(
+                            schema.NodeEndpoint, node_id=node_id, host=host, port=port, rack=rack
+                        )
                 partitions.append(
                     build(
                         partition_type,
@@ -70,12 +103,14 @@ class Handler:
                         log_start_offset=info.log_start_offset if info is not None else -1,
                         record_errors=record_errors,
                         error_message=message,
+                        **({} if leader is None else {"current_leader": leader}),
                     )
                 )
             topics.append(
                 build(
                     schema.TopicProduceResponse,
-                    name=topic.name,
+                    name=getattr(topic, "name", None),
+                    topic_id=getattr(topic, "topic_id", None),
                     partition_responses=tuple(partitions),
                 )
             )
@@ -84,7 +119,10 @@ class Handler:
                 raise CloseConnection(f"acks=0 produce failed: {', '.join(failed)}")
             return None
         response: ResponseBody = build(
-            schema.ProduceResponse, responses=tuple(topics), throttle_time=NO_THROTTLE
+            schema.ProduceResponse,
+            responses=tuple(topics),
+            throttle_time=NO_THROTTLE,
+            node_endpoints=tuple(endpoints.values()),
         )
         return response
 

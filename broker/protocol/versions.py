@@ -2,15 +2,28 @@
 
 `SUPPORTED` is what the broker can serve once a handler exists for the API; what it advertises
 in ApiVersions is this table restricted to the APIs with a handler (`advertised`), so clients
-never see a promise the broker cannot keep.
+never see a promise the broker cannot keep. `gregor api-versions` prints that advertisement.
 
 Why these ranges (ADR 0001 has the rest of the story):
+- the maxima are Kafka 4.3's for every API a handler serves, each honoured, not just decoded:
+  Produce v13 and Fetch v13+ take topic ids (KIP-516) and answer an unknown id
+  UNKNOWN_TOPIC_ID; Produce v10+ and Fetch v16+ name a moved partition's leader (KIP-951);
+  ListOffsets v8–v11 answer -4/-5/-6 as Kafka without tiered storage; Metadata v13 has its
+  top-level error; OffsetCommit/OffsetFetch v9 keep classic-group semantics and v10 take topic
+  ids; DescribeGroups v6 says GROUP_ID_NOT_FOUND (KIP-1043); FindCoordinator v6 refuses share
+  keys as Kafka does without share groups; DescribeCluster v2 lists fenced brokers on request;
+  DescribeLogDirs v5 reports no cordoned dir. Clients infer a broker's release from these
+  maxima (kafka-python reads DescribeLogDirs v5 as 4.3) and then use them;
+- InitProducerId stops at v5: v6 (KIP-939, two-phase commit) is unstable in Kafka 4.3, which
+  does not advertise it either;
+- AlterPartitionReassignments stays at v0 (Kafka's v1 may forbid a replication factor change),
+  and OffsetForLeaderEpoch and ElectLeaders keep their ranges: no handler serves them yet, so
+  none is advertised;
 - the floors match Kafka 4's (KIP-896) so Java 4 clients negotiate normally, except where an
   older client in the field still needs a lower version: librdkafka before 2.11.1 checks for
   exact versions such as Produce v2, JoinGroup v0 and ListOffsets v1;
 - Produce is advertised from v0 for that reason but v0–v2 (message format v0/v1) are refused by
-  closing the connection, as Kafka 4 does (KAFKA-18659);
-- Fetch and Produce stop at v12/v9 so topic IDs (KIP-516) stay out of the data path.
+  closing the connection, as Kafka 4 does (KAFKA-18659).
 """
 
 from __future__ import annotations
@@ -96,29 +109,29 @@ def _table(entries: Mapping[ApiKey, tuple[int, int]]) -> Mapping[ApiKey, Version
 
 SUPPORTED: Mapping[ApiKey, VersionRange] = _table(
     {
-        ApiKey.PRODUCE: (0, 9),
-        ApiKey.FETCH: (4, 12),
-        ApiKey.LIST_OFFSETS: (1, 7),
-        ApiKey.METADATA: (0, 12),
-        ApiKey.OFFSET_COMMIT: (2, 8),
-        ApiKey.OFFSET_FETCH: (1, 8),
-        ApiKey.FIND_COORDINATOR: (0, 4),
+        ApiKey.PRODUCE: (0, 13),
+        ApiKey.FETCH: (4, 18),
+        ApiKey.LIST_OFFSETS: (1, 11),
+        ApiKey.METADATA: (0, 13),
+        ApiKey.OFFSET_COMMIT: (2, 10),
+        ApiKey.OFFSET_FETCH: (1, 10),
+        ApiKey.FIND_COORDINATOR: (0, 6),
         ApiKey.JOIN_GROUP: (0, 9),
         ApiKey.HEARTBEAT: (0, 4),
         ApiKey.LEAVE_GROUP: (0, 5),
         ApiKey.SYNC_GROUP: (0, 5),
-        ApiKey.DESCRIBE_GROUPS: (0, 5),
+        ApiKey.DESCRIBE_GROUPS: (0, 6),
         ApiKey.LIST_GROUPS: (0, 5),
         ApiKey.SASL_HANDSHAKE: (0, 1),
         ApiKey.API_VERSIONS: (0, 4),
         ApiKey.CREATE_TOPICS: (2, 7),
         ApiKey.DELETE_TOPICS: (1, 6),
         ApiKey.DELETE_RECORDS: (0, 2),
-        ApiKey.INIT_PRODUCER_ID: (0, 4),
+        ApiKey.INIT_PRODUCER_ID: (0, 5),
         ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
         ApiKey.DESCRIBE_CONFIGS: (1, 4),
         ApiKey.ALTER_CONFIGS: (0, 2),
-        ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
+        ApiKey.DESCRIBE_LOG_DIRS: (1, 5),
         ApiKey.SASL_AUTHENTICATE: (0, 2),
         ApiKey.CREATE_PARTITIONS: (0, 3),
         ApiKey.DELETE_GROUPS: (0, 2),
@@ -129,7 +142,7 @@ SUPPORTED: Mapping[ApiKey, VersionRange] = _table(
         ApiKey.OFFSET_DELETE: (0, 0),
         ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
-        ApiKey.DESCRIBE_CLUSTER: (0, 1),
+        ApiKey.DESCRIBE_CLUSTER: (0, 2),
     }
 )
 """Client-facing APIs and the versions the broker will serve."""

@@ -48,7 +48,10 @@ from broker.storage import (
 )
 
 __all__ = [
+    "EARLIEST_LOCAL_TIMESTAMP",
+    "EARLIEST_PENDING_UPLOAD_TIMESTAMP",
     "EARLIEST_TIMESTAMP",
+    "LATEST_TIERED_TIMESTAMP",
     "LATEST_TIMESTAMP",
     "MAX_TIMESTAMP",
     "OFFLOAD_BYTES",
@@ -65,6 +68,12 @@ log = logging.getLogger(__name__)
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+"""KIP-405: the first offset still on local disk. Without tiered storage that is the log start."""
+LATEST_TIERED_TIMESTAMP = -5
+"""KIP-1005: the last offset copied to remote storage; -1 (none) without tiered storage."""
+EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6
+"""KIP-1023: the first offset not yet copied to remote storage; -1 without tiered storage."""
 
 TopicPartition = tuple[str, int]
 
@@ -430,11 +439,17 @@ class ReplicaManager:
             return OffsetResult(stale)
         log_ = partition.log
         high_watermark = partition.high_watermark
-        if timestamp == EARLIEST_TIMESTAMP:
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            # No tiered storage: the local log is the whole log, as Kafka's UnifiedLog answers
+            # EARLIEST_LOCAL when remote storage is off.
             offset = log_.log_start_offset
             return OffsetResult(ErrorCode.none, offset, -1, log_.epochs.epoch_for_offset(offset))
         if timestamp == LATEST_TIMESTAMP:
             return OffsetResult(ErrorCode.none, high_watermark, -1, partition.leader_epoch)
+        if timestamp in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
+            # Nothing is ever tiered: Kafka without remote storage answers offset, timestamp and
+            # leader epoch -1 (no error).
+            return OffsetResult(ErrorCode.none)
         if timestamp == MAX_TIMESTAMP:
             best = log_.max_timestamp_record()
             if best is None or best[0] >= high_watermark:

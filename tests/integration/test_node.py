@@ -110,8 +110,9 @@ def test_only_apis_with_handlers_are_advertised(node: RunningNode) -> None:
     }  # fmt: skip
     assert set(advertised) == served  # nothing without a handler (SASL, Raft, transactions)
     assert advertised == {key: (SUPPORTED[key].min, SUPPORTED[key].max) for key in served}
-    assert advertised[ApiKey.PRODUCE] == (0, 9)
-    assert advertised[ApiKey.FETCH] == (4, 12)
+    # Kafka 4.3's maxima, topic ids included (Produce v13, Fetch v13+).
+    assert advertised[ApiKey.PRODUCE] == (0, 13)
+    assert advertised[ApiKey.FETCH] == (4, 18)
 
 
 def test_api_versions_at_a_future_version_is_answered_so_the_client_can_retry(

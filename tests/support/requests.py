@@ -2,8 +2,10 @@
 
 One set of values per API is written for all of its versions (`TEMPLATES`); `fill` makes one
 version's request class from them, leaving out the fields that version lacks and giving the
-fields no value names their zero. The every-version sweep sends them to a real node; the
-dispatcher's unit tests feed them to failing handlers.
+fields no value names their zero. Topics are named both ways, by name and by id (`topic_id`,
+the real id of `TOPIC` on the node asked), so each version sends the one it has. The
+every-version sweep sends them to a real node; the dispatcher's unit tests feed them to failing
+handlers.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from typing import Any
 from broker.protocol import ApiKey
 from broker.protocol.records import Record, build_batch
 
-__all__ = ["TEMPLATES", "TOPIC", "Template", "error_codes", "fill"]
+__all__ = ["ANY_TOPIC_ID", "TEMPLATES", "TOPIC", "Template", "error_codes", "fill"]
 
 TOPIC = "sweep"
+ANY_TOPIC_ID = uuid.UUID("0c5e3b9a-7d41-4f0e-8a36-2b1f9d6e4c77")
+"""A topic id for requests that never reach a real topic (the dispatcher's unit tests)."""
 PARTITION_BYTES = 1 << 20
 
 
@@ -32,26 +36,44 @@ def _batch() -> bytes:
 
 
 Values = Mapping[str, Any]
-Template = Callable[[int], Values]
+Template = Callable[[int, uuid.UUID], Values]
 """The values of one API's request, written for all of its versions, given the version (some
-requests must differ per version to be repeatable: the topic a CreateTopics makes)."""
+requests must differ per version to be repeatable: the topic a CreateTopics makes) and the id
+of `TOPIC`."""
+
+
+def _special_timestamp(version: int) -> int:
+    """The newest special timestamp ListOffsets `version` may ask for: -6 earliest pending
+    upload (v11), -5 latest tiered (v9), -4 earliest local (v8), -3 max timestamp (v7), else
+    -1 latest."""
+    for first, timestamp in ((11, -6), (9, -5), (8, -4), (7, -3)):
+        if version >= first:
+            return timestamp
+    return -1
+
 
 TEMPLATES: dict[ApiKey, Template] = {
-    ApiKey.API_VERSIONS: lambda v: {
+    ApiKey.API_VERSIONS: lambda v, topic_id: {
         "client_software_name": "gregor-sweep",
         "client_software_version": "1.0",
     },
-    ApiKey.METADATA: lambda v: {
+    ApiKey.METADATA: lambda v, topic_id: {
         "topics": [{"name": TOPIC}],
         "allow_auto_topic_creation": False,
     },
-    ApiKey.PRODUCE: lambda v: {
+    ApiKey.PRODUCE: lambda v, topic_id: {
         "transactional_id": None,
         "acks": -1,
         "timeout": timedelta(seconds=10),
-        "topic_data": [{"name": TOPIC, "partition_data": [{"index": 0, "records": _batch()}]}],
+        "topic_data": [
+            {
+                "name": TOPIC,
+                "topic_id": topic_id,
+                "partition_data": [{"index": 0, "records": _batch()}],
+            }
+        ],
     },
-    ApiKey.FETCH: lambda v: {
+    ApiKey.FETCH: lambda v, topic_id: {
         "replica_id": -1,
         "max_wait": timedelta(0),
         "max_bytes": PARTITION_BYTES,
@@ -59,6 +81,7 @@ TEMPLATES: dict[ApiKey, Template] = {
         "topics": [
             {
                 "topic": TOPIC,
+                "topic_id": topic_id,
                 "partitions": [
                     {
                         "partition": 0,
@@ -66,50 +89,60 @@ TEMPLATES: dict[ApiKey, Template] = {
                         "last_fetched_epoch": -1,
                         "log_start_offset": -1,
                         "partition_max_bytes": PARTITION_BYTES,
+                        "high_watermark": -1,  # v18: a consumer knows none
+                    }
+                ],
+            }
+        ],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    },
+    ApiKey.LIST_OFFSETS: lambda v, topic_id: {
+        "replica_id": -1,
+        "timeout": timedelta(seconds=10),
+        "topics": [
+            {
+                "name": TOPIC,
+                "partitions": [
+                    {
+                        "partition_index": 0,
+                        "current_leader_epoch": -1,
+                        "timestamp": _special_timestamp(v),
                     }
                 ],
             }
         ],
     },
-    ApiKey.LIST_OFFSETS: lambda v: {
-        "replica_id": -1,
-        "topics": [
-            {
-                "name": TOPIC,
-                "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}],
-            }
-        ],
-    },
-    ApiKey.CREATE_TOPICS: lambda v: {
+    ApiKey.CREATE_TOPICS: lambda v, topic_id: {
         "topics": [{"name": f"made-v{v}", "num_partitions": 1, "replication_factor": 1}],
         "timeout": timedelta(seconds=30),
     },
-    ApiKey.DELETE_TOPICS: lambda v: {
+    ApiKey.DELETE_TOPICS: lambda v, topic_id: {
         "topic_names": [f"doomed-v{v}"],
         "topics": [{"name": f"doomed-v{v}", "topic_id": uuid.UUID(int=0)}],
         "timeout": timedelta(seconds=30),
     },
-    ApiKey.CREATE_PARTITIONS: lambda v: {
+    ApiKey.CREATE_PARTITIONS: lambda v, topic_id: {
         "topics": [{"name": TOPIC, "count": 2, "assignments": None}],
         "timeout": timedelta(seconds=30),
         "validate_only": True,
     },
-    ApiKey.DELETE_RECORDS: lambda v: {
+    ApiKey.DELETE_RECORDS: lambda v, topic_id: {
         "topics": [{"name": TOPIC, "partitions": [{"partition_index": 0, "offset": 0}]}],
         "timeout": timedelta(seconds=30),
     },
-    ApiKey.INIT_PRODUCER_ID: lambda v: {
+    ApiKey.INIT_PRODUCER_ID: lambda v, topic_id: {
         "transactional_id": None,
         "transaction_timeout": timedelta(seconds=60),
         "producer_id": -1,
         "producer_epoch": -1,
     },
-    ApiKey.DESCRIBE_CONFIGS: lambda v: {
+    ApiKey.DESCRIBE_CONFIGS: lambda v, topic_id: {
         "resources": [{"resource_type": 2, "resource_name": TOPIC, "configuration_keys": None}],
         "include_synonyms": True,
         "include_documentation": True,
     },
-    ApiKey.ALTER_CONFIGS: lambda v: {
+    ApiKey.ALTER_CONFIGS: lambda v, topic_id: {
         "resources": [
             {
                 "resource_type": 2,
@@ -118,7 +151,7 @@ TEMPLATES: dict[ApiKey, Template] = {
             }
         ],
     },
-    ApiKey.INCREMENTAL_ALTER_CONFIGS: lambda v: {
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: lambda v, topic_id: {
         "resources": [
             {
                 "resource_type": 2,
@@ -127,14 +160,17 @@ TEMPLATES: dict[ApiKey, Template] = {
             }
         ],
     },
-    ApiKey.DESCRIBE_CLUSTER: lambda v: {"include_cluster_authorized_operations": True},
-    ApiKey.DESCRIBE_LOG_DIRS: lambda v: {"topics": None},
-    ApiKey.FIND_COORDINATOR: lambda v: {
+    ApiKey.DESCRIBE_CLUSTER: lambda v, topic_id: {
+        "include_cluster_authorized_operations": True,
+        "include_fenced_brokers": True,
+    },
+    ApiKey.DESCRIBE_LOG_DIRS: lambda v, topic_id: {"topics": None},
+    ApiKey.FIND_COORDINATOR: lambda v, topic_id: {
         "key": "sweep-group",
         "key_type": 0,
         "coordinator_keys": ["sweep-group"],
     },
-    ApiKey.JOIN_GROUP: lambda v: {
+    ApiKey.JOIN_GROUP: lambda v, topic_id: {
         "group_id": f"join-v{v}",
         "session_timeout": timedelta(seconds=10),
         "rebalance_timeout": timedelta(seconds=10),
@@ -144,7 +180,7 @@ TEMPLATES: dict[ApiKey, Template] = {
         "protocols": [{"name": "range", "metadata": b""}],
         "reason": None,
     },
-    ApiKey.SYNC_GROUP: lambda v: {
+    ApiKey.SYNC_GROUP: lambda v, topic_id: {
         "group_id": "sweep-group",
         "generation_id": 1,
         "member_id": "nobody",
@@ -153,18 +189,18 @@ TEMPLATES: dict[ApiKey, Template] = {
         "protocol_name": "range",
         "assignments": [],
     },
-    ApiKey.HEARTBEAT: lambda v: {
+    ApiKey.HEARTBEAT: lambda v, topic_id: {
         "group_id": "sweep-group",
         "generation_id": 1,
         "member_id": "nobody",
         "group_instance_id": None,
     },
-    ApiKey.LEAVE_GROUP: lambda v: {
+    ApiKey.LEAVE_GROUP: lambda v, topic_id: {
         "group_id": "sweep-group",
         "member_id": "nobody",
         "members": [{"member_id": "nobody", "group_instance_id": None, "reason": None}],
     },
-    ApiKey.OFFSET_COMMIT: lambda v: {
+    ApiKey.OFFSET_COMMIT: lambda v, topic_id: {
         "group_id": f"commit-v{v}",
         "generation_id_or_member_epoch": -1,
         "member_id": "",
@@ -173,6 +209,7 @@ TEMPLATES: dict[ApiKey, Template] = {
         "topics": [
             {
                 "name": TOPIC,
+                "topic_id": topic_id,
                 "partitions": [
                     {
                         "partition_index": 0,
@@ -185,7 +222,7 @@ TEMPLATES: dict[ApiKey, Template] = {
             }
         ],
     },
-    ApiKey.OFFSET_FETCH: lambda v: {
+    ApiKey.OFFSET_FETCH: lambda v, topic_id: {
         "group_id": "commit-v8",
         "topics": [{"name": TOPIC, "partition_indexes": [0]}],
         "groups": [
@@ -193,21 +230,21 @@ TEMPLATES: dict[ApiKey, Template] = {
                 "group_id": "commit-v8",
                 "member_id": None,
                 "member_epoch": -1,
-                "topics": [{"name": TOPIC, "partition_indexes": [0]}],
+                "topics": [{"name": TOPIC, "topic_id": topic_id, "partition_indexes": [0]}],
             }
         ],
         "require_stable": False,
     },
-    ApiKey.OFFSET_DELETE: lambda v: {
+    ApiKey.OFFSET_DELETE: lambda v, topic_id: {
         "group_id": "commit-v2",
         "topics": [{"name": TOPIC, "partitions": [{"partition_index": 0}]}],
     },
-    ApiKey.DESCRIBE_GROUPS: lambda v: {
+    ApiKey.DESCRIBE_GROUPS: lambda v, topic_id: {
         "groups": ["commit-v8", "nobody-here"],
         "include_authorized_operations": True,
     },
-    ApiKey.LIST_GROUPS: lambda v: {"states_filter": [], "types_filter": []},
-    ApiKey.DELETE_GROUPS: lambda v: {"groups_names": [f"commit-v{v + 3}"]},
+    ApiKey.LIST_GROUPS: lambda v, topic_id: {"states_filter": [], "types_filter": []},
+    ApiKey.DELETE_GROUPS: lambda v, topic_id: {"groups_names": [f"commit-v{v + 3}"]},
 }
 
 

@@ -13,9 +13,10 @@ from broker.server.dispatcher import ErrorResponder
 
 from .common import E, GroupApi, GroupNodeInfo, version_of
 
-_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
-"""READ, DELETE and DESCRIBE: the ACL operations on a group, all allowed without an
-authorizer (DescribeGroups v3+ `include_authorized_operations`)."""
+_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11)
+"""READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS and ALTER_CONFIGS: the ACL operations on a group
+in Kafka 4 (`AclEntry.supportedOperations(GROUP)`), all allowed without an authorizer
+(DescribeGroups v3+ `include_authorized_operations`)."""
 
 
 class DescribeGroups(GroupApi):
@@ -29,6 +30,19 @@ class DescribeGroups(GroupApi):
         return _describe_response(version_of(request), described, operations)
 
 
+FIRST_NOT_FOUND_VERSION = 6
+"""KIP-1043: from DescribeGroups v6 an unknown group is GROUP_ID_NOT_FOUND with a message;
+before, it is described without error as a Dead group with no members."""
+
+
+def _error(version: int, d: GroupDescription) -> tuple[ErrorCode, str | None]:
+    if d.error != E.group_id_not_found:
+        return d.error, None
+    if version < FIRST_NOT_FOUND_VERSION:
+        return E.none, None
+    return d.error, f"Group {d.group_id} not found."  # Kafka's words
+
+
 def _describe_response(
     version: int, described: Iterable[GroupDescription], operations: int
 ) -> ResponseBody:
@@ -36,7 +50,8 @@ def _describe_response(
     groups = tuple(
         build(
             schema.DescribedGroup,
-            error_code=d.error,
+            error_code=_error(version, d)[0],
+            error_message=_error(version, d)[1],
             group_id=d.group_id,
             group_state=d.state,
             protocol_type=d.protocol_type,
@@ -54,7 +69,7 @@ def _describe_response(
                 for m in d.members
             ),
             authorized_operations=operations
-            if d.error == E.none
+            if _error(version, d)[0] == E.none
             else AUTHORIZED_OPERATIONS_OMITTED,
         )
         for d in described

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -27,6 +28,12 @@ class GroupNodeInfo(Protocol):
         """Create `__consumer_offsets` if it does not exist; False if it cannot be."""
 
     def partition_exists(self, topic: str, partition: int) -> bool: ...
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The name of the topic with this id, None if the metadata image has no such topic."""
+
+    def topic_id(self, name: str) -> uuid.UUID | None:
+        """The id of the topic with this name, None if the metadata image has no such topic."""
 
 
 def ms(value: timedelta) -> int:

@@ -21,7 +21,7 @@ from broker.server.dispatcher import ErrorResponder
 
 from .common import E, GroupApi, GroupNodeInfo, client_host, ms, version_of
 
-_GROUP_KEY, _TRANSACTION_KEY = 0, 1
+_GROUP_KEY, _TRANSACTION_KEY, _SHARE_KEY = 0, 1, 2
 
 TRANSACTIONS_UNSUPPORTED = (
     "Gregor does not support transactions yet: unset transactional.id (an idempotent "
@@ -42,6 +42,10 @@ class FindCoordinator:
             # Not the retriable COORDINATOR_NOT_AVAILABLE: a transactional producer would
             # retry it for its whole timeout. Clients treat this error as fatal at once.
             found = (E.transactional_id_authorization_failed, TRANSACTIONS_UNSUPPORTED, -1, "", -1)
+        elif key_type == _SHARE_KEY:
+            # FindCoordinator v6 (KIP-932): INVALID_REQUEST, as Kafka answers with share groups
+            # off.
+            found = (E.invalid_request, "share groups are not supported", -1, "", -1)
         elif key_type != _GROUP_KEY:
             found = (E.invalid_request, f"unknown key type {key_type}", -1, "", -1)
         elif not await self._node.ensure_offsets_topic():

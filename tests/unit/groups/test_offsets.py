@@ -182,7 +182,7 @@ def test_describe_a_stable_group_and_an_unknown_one() -> None:
         (leader, "a", "/127.0.0.1", b"r-meta", f"a-{leader}".encode()),
         (follower, "b", "/127.0.0.1", b"r-meta", f"a-{follower}".encode()),
     ]
-    assert (unknown.error, unknown.state, unknown.members) == (E.none, "Dead", ())
+    assert (unknown.error, unknown.state, unknown.members) == (E.group_id_not_found, "Dead", ())
     assert invalid.error == E.invalid_group_id
 
 

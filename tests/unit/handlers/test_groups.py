@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import uuid
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
@@ -33,10 +34,12 @@ from tests.golden.verify import CLIENTS, GOLDEN_DIR
 from tests.strategies import sample
 from tests.unit.groups.brokers import Broker, run
 
+T_ID = uuid.UUID("5f2a0f5e-3c1b-4d7e-9a0b-1c2d3e4f5a6b")
+
 
 class Node:
-    """What the handlers need of a node: one broker on PLAINTEXT, and topic `t` with 2
-    partitions."""
+    """What the handlers need of a node: one broker on PLAINTEXT, and topic `t` (id `T_ID`)
+    with 2 partitions."""
 
     node_id = 1
 
@@ -52,6 +55,12 @@ class Node:
 
     def partition_exists(self, topic: str, partition: int) -> bool:
         return topic == "t" and 0 <= partition < 2
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        return "t" if topic_id == T_ID else None
+
+    def topic_id(self, name: str) -> uuid.UUID | None:
+        return T_ID if name == "t" else None
 
 
 class Client:
@@ -467,7 +476,17 @@ def test_describe_and_list_groups_across_versions(tmp_path: Path) -> None:
         v5 = await client.send(
             ApiKey.DESCRIBE_GROUPS, 5, groups=("g",), include_authorized_operations=True
         )
-        assert v5.groups[0].authorized_operations == (1 << 3) | (1 << 6) | (1 << 8)
+        # READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS: Kafka 4's group operations.
+        assert v5.groups[0].authorized_operations == 3400
+        v6 = await client.send(
+            ApiKey.DESCRIBE_GROUPS, 6, groups=("nope",), include_authorized_operations=True
+        )
+        (unknown,) = v6.groups
+        assert (unknown.error_code, unknown.error_message, unknown.group_state) == (
+            E.group_id_not_found,
+            "Group nope not found.",
+            "Dead",
+        )
 
         listed = await client.send(ApiKey.LIST_GROUPS, 0)
         assert [(g.group_id, g.protocol_type) for g in listed.groups] == [("g", "consumer")]

@@ -464,6 +464,9 @@ def _swap_first_two(spec: MessageSpec) -> MessageSpec:
     return replace(spec, fields=(spec.fields[1], spec.fields[0], *spec.fields[2:]))
 
 
+_METADATA = SUPPORTED[ApiKey.METADATA].max
+"""The version the alterations of Metadata are compared at (each test compares the newest)."""
+
 _ALTERATIONS: list[tuple[str, ApiKey, Callable[[MessageSpec], MessageSpec], str]] = [
     (
         "not-nullable",
@@ -507,15 +510,15 @@ _ALTERATIONS: list[tuple[str, ApiKey, Callable[[MessageSpec], MessageSpec], str]
         "new-tagged-field",
         ApiKey.METADATA,
         lambda s: replace(s, fields=(*s.fields, _tagged_field("NewThing", 0))),
-        "MetadataResponse.NewThing: in the schema at v12, missing from kio ('new_thing')",
+        f"MetadataResponse.NewThing: in the schema at v{_METADATA}, missing from kio ('new_thing')",
     ),
     (
         "field-gone",
         ApiKey.METADATA,
         lambda s: replace(
-            s, fields=_alter(s.fields, ["ClusterId"], versions=parse_versions("2-11"))
+            s, fields=_alter(s.fields, ["ClusterId"], versions=parse_versions(f"2-{_METADATA - 1}"))
         ),
-        "MetadataResponse: kio field 'cluster_id' is not in the schema at v12",
+        f"MetadataResponse: kio field 'cluster_id' is not in the schema at v{_METADATA}",
     ),
     (
         "order",
@@ -528,7 +531,7 @@ _ALTERATIONS: list[tuple[str, ApiKey, Callable[[MessageSpec], MessageSpec], str]
         ApiKey.METADATA,
         lambda s: replace(s, flexible_versions=NO_VERSIONS),
         "MetadataResponse.Brokers[]: kio MetadataResponseBroker has (__version__, __api_key__, "
-        "__flexible__) = (12, 3, True), expected (12, 3, False)",
+        f"__flexible__) = ({_METADATA}, 3, True), expected ({_METADATA}, 3, False)",
     ),
     (
         "struct-renamed",

@@ -26,6 +26,7 @@ from broker.protocol.fetch import (
     FetchPartition,
     FetchResponse,
     FetchTopic,
+    NodeEndpoint,
     Region,
     encode_fetch_response,
 )
@@ -45,11 +46,21 @@ partitions = st.builds(
     log_start_offset=int64,
     records=st.binary(max_size=300),
     preferred_read_replica=int32,
+    current_leader_id=st.one_of(st.just(-1), int32),
+    current_leader_epoch=st.one_of(st.just(-1), int32),
 )
 topics = st.builds(
     FetchTopic,
     topic=st.text(max_size=20),
     partitions=st.lists(partitions, max_size=4).map(tuple),
+    topic_id=st.uuids(),
+)
+endpoints = st.builds(
+    NodeEndpoint,
+    node_id=int32,
+    host=st.text(max_size=20),
+    port=int32,
+    rack=st.one_of(st.none(), st.text(max_size=10)),
 )
 responses = st.builds(
     FetchResponse,
@@ -57,6 +68,7 @@ responses = st.builds(
     error_code=error_codes,
     session_id=int32,
     responses=st.lists(topics, max_size=4).map(tuple),
+    node_endpoints=st.lists(endpoints, max_size=3).map(tuple),
 )
 
 
@@ -95,6 +107,7 @@ def generic(correlation_id: int, version: int, response: FetchResponse) -> bytes
             build(
                 schema.FetchableTopicResponse,
                 topic=topic.topic,
+                topic_id=topic.topic_id,
                 partitions=tuple(
                     build(
                         schema.PartitionData,
@@ -106,12 +119,25 @@ def generic(correlation_id: int, version: int, response: FetchResponse) -> bytes
                         aborted_transactions=None,
                         preferred_read_replica=p.preferred_read_replica,
                         records=records(p.records),
+                        current_leader=build(
+                            schema.LeaderIdAndEpoch,
+                            leader_id=p.current_leader_id,
+                            leader_epoch=p.current_leader_epoch,
+                        )
+                        if version >= 12
+                        else None,
                     )
                     for p in topic.partitions
                 ),
             )
             for topic in response.responses
         ),
+        node_endpoints=tuple(
+            build(schema.NodeEndpoint, node_id=n.node_id, host=n.host, port=n.port, rack=n.rack)
+            for n in response.node_endpoints
+        )
+        if version >= 16
+        else (),
     )
     return encode_response(RequestHeader(ApiKey.FETCH, version, correlation_id, "c"), body)
 
@@ -165,7 +191,7 @@ def test_an_empty_region_is_written_inline(segment: Segment) -> None:
     region.close()
 
 
-@pytest.mark.parametrize("version", [3, 13])
+@pytest.mark.parametrize("version", [3, 19])
 def test_versions_outside_the_served_range_are_refused(version: int) -> None:
     with pytest.raises(ValueError, match=f"Fetch v{version}"):
         encode_fetch_response(1, version, FetchResponse(0, ErrorCode.none, 0, ()))

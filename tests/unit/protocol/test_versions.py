@@ -55,7 +55,7 @@ def test_produce_v0_to_v2_is_advertised_but_refused_by_closing(version: int) -> 
 
 
 @pytest.mark.parametrize(
-    ("api_key", "version"), [(ApiKey.FETCH, 3), (ApiKey.METADATA, 13), (24, 0), (999, 0), (-1, 0)]
+    ("api_key", "version"), [(ApiKey.FETCH, 3), (ApiKey.METADATA, 14), (24, 0), (999, 0), (-1, 0)]
 )
 def test_other_unsupported_requests_close_the_connection(api_key: int, version: int) -> None:
     with pytest.raises(UnsupportedVersion) as caught:

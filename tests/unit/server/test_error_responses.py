@@ -16,7 +16,7 @@ from broker.protocol.messages import decode_response, encode_request
 from broker.protocol.versions import is_decodable
 from broker.server import CloseConnection, Dispatcher, RequestContext
 from broker.storage import LogOffline
-from tests.support.requests import TEMPLATES, TOPIC, error_codes, fill
+from tests.support.requests import ANY_TOPIC_ID, TEMPLATES, TOPIC, error_codes, fill
 
 CASES = [
     (api_key, version)
@@ -45,7 +45,7 @@ def _dispatch(api_key: ApiKey, version: int, body: Any, failure: Exception) -> A
 def test_a_failed_handler_answers_with_the_apis_error_response(
     api_key: ApiKey, version: int
 ) -> None:
-    body = fill(request_type(api_key, version), TEMPLATES[api_key](version))
+    body = fill(request_type(api_key, version), TEMPLATES[api_key](version, ANY_TOPIC_ID))
     response = _dispatch(api_key, version, body, RuntimeError("a bug"))
     codes = [code for _, code in error_codes(response)]
     if api_key == ApiKey.DESCRIBE_LOG_DIRS and version < 3:
@@ -61,7 +61,9 @@ def test_a_failed_handler_answers_with_the_apis_error_response(
 
 
 def test_a_failed_disk_under_a_handler_is_kafka_storage_error() -> None:
-    body = fill(request_type(ApiKey.LIST_OFFSETS, 7), TEMPLATES[ApiKey.LIST_OFFSETS](7))
+    body = fill(
+        request_type(ApiKey.LIST_OFFSETS, 7), TEMPLATES[ApiKey.LIST_OFFSETS](7, ANY_TOPIC_ID)
+    )
     response = _dispatch(ApiKey.LIST_OFFSETS, 7, body, LogOffline("log dir /d1 is offline"))
     ((partition,),) = [topic.partitions for topic in response.topics]
     assert partition.error_code == ErrorCode.kafka_storage_error
@@ -69,7 +71,7 @@ def test_a_failed_disk_under_a_handler_is_kafka_storage_error() -> None:
 
 
 def test_an_acks_0_produce_that_fails_closes_the_connection() -> None:
-    values = dict(TEMPLATES[ApiKey.PRODUCE](9), acks=0)
+    values = dict(TEMPLATES[ApiKey.PRODUCE](9, ANY_TOPIC_ID), acks=0)
     body = fill(request_type(ApiKey.PRODUCE, 9), values)
 
     async def failing(context: RequestContext, request: Any) -> None:
