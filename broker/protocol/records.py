@@ -35,6 +35,7 @@ __all__ = [
     "Record",
     "build_batch",
     "check_batch",
+    "is_compressed",
     "iter_batches",
     "iter_records",
     "read_batch_header",
@@ -192,6 +193,14 @@ def validate_batch(buf: Buffer, position: int = 0) -> BatchHeader:
     header = read_batch_header(view, position)
     check_batch(view, position, header)
     return header
+
+
+def is_compressed(buf: Buffer) -> bool:
+    """Whether the first batch in `buf` (whatever its state) says its records are compressed."""
+    view = memoryview(buf)
+    if len(view) < _CRC_START + 2:
+        return False
+    return bool(view[_CRC_START + 1] & _CODEC_MASK)
 
 
 def check_batch(view: memoryview, position: int, header: BatchHeader) -> None:

@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
-from broker.protocol import ApiKey, ErrorCode, decode_response, request_type
+from broker.protocol import ApiKey, Codec, ErrorCode, decode_response, request_type
 from broker.protocol.records import Record, build_batch
 from tests.integration.clients import QUIET, create_topic
 from tests.support.hostile import (
@@ -549,6 +549,44 @@ def test_lying_batches_are_refused_and_nothing_is_stored(broker: Broker) -> None
     assert set(offsets) == {before}, f"lying batches moved the log end offset from {before}"
     assert last is not None
     assert (produced(last).error_code, produced(last).base_offset) == (ErrorCode.none, before)
+
+
+ZSTD_RECORDS = 1_000_000
+"""Empty records in one zstd batch: about 800 KB on the wire, 7 MB once decompressed."""
+
+
+def test_compressed_batches_of_a_million_records(broker: Broker) -> None:
+    """A zstd batch of a million empty records, produced back to back: Kafka's record walk
+    decompresses it and visits every record (140 ms of Python on one core), and the same batch
+    timestamped two hours ahead, which must be refused from its header without being
+    decompressed (a 725-byte zstd batch once held the broker for 7 s that way). The honest
+    ones are stored whole, the future ones refused with INVALID_TIMESTAMP and not stored."""
+    create_topic(broker.node.bootstrap, "zstd-million", 1, **{"max.message.bytes": str(4 * MiB)})
+    now, ahead = now_ms(), now_ms() + 2 * 3600 * 1000
+    honest, future = (
+        build_batch([Record(n, at, None, b"") for n in range(ZSTD_RECORDS)], codec=Codec.ZSTD)
+        for at in (now, ahead)
+    )
+    frames = [
+        request_frame(ApiKey.PRODUCE, 9, produce_values("zstd-million", batch))
+        for batch in (honest, future)
+    ]
+    answers: list[tuple[int, int]] = []
+    with (
+        hostile_load(broker, "zstd batches of 10^6 records", connections=1),
+        connections(broker.node.port, 1) as (sock,),
+    ):
+        for _ in _paced(HOSTILE_WINDOW_S, 0.0):
+            for frame in frames:
+                answer = exchange(sock, frame)
+                assert answer is not None, "the broker closed the connection instead of answering"
+                answers.append((produced(answer).error_code, produced(answer).base_offset))
+    honest_answers, future_answers = answers[0::2], answers[1::2]
+    assert {error for error, _ in future_answers} == {ErrorCode.invalid_timestamp}
+    assert {error for error, _ in honest_answers} == {ErrorCode.none}
+    offsets = [offset for _, offset in honest_answers]
+    assert offsets == [n * ZSTD_RECORDS for n in range(len(offsets))]
+    assert _log_end_offset(broker, "zstd-million") == len(offsets) * ZSTD_RECORDS
 
 
 FLOOD_CONNECTIONS = 40

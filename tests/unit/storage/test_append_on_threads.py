@@ -6,13 +6,25 @@ closed under it (topic deleted, log dir failed) is never written through a reuse
 from __future__ import annotations
 
 import os
+import struct
 import threading
 
+import google_crc32c
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.storage import AppendInfo, LogConfig, LogDirFailure, LogOffline, PendingAppend
+from broker.protocol import Codec
+from broker.protocol.records import BATCH_HEADER_SIZE
+from broker.storage import (
+    AppendInfo,
+    CorruptRecordError,
+    InvalidTimestamp,
+    LogConfig,
+    LogDirFailure,
+    LogOffline,
+    PendingAppend,
+)
 
 from .logs import LogOpener, batch, consume, offsets_of
 from .test_disk_full import file_size_limit
@@ -117,3 +129,36 @@ def test_a_log_closed_during_the_write_is_not_written_through_a_reused_descripto
     with pytest.raises(LogOffline, match="closed while a batch was being written"):
         pending.finish()
     assert not log.appending
+
+
+def _corrupt_zstd_batch_signed(timestamp: int) -> bytes:
+    """A zstd batch whose compressed records are garbage but whose CRC is right for them: only
+    decompressing it shows it is corrupt."""
+    data = bytearray(batch(50, timestamp=timestamp, codec=Codec.ZSTD))
+    data[BATCH_HEADER_SIZE + 8] ^= 0xFF
+    struct.pack_into(">I", data, 17, google_crc32c.value(bytes(data[21:])))
+    return bytes(data)
+
+
+@pytest.mark.parametrize("on_thread", [False, True], ids=["one-step", "two-step"])
+def test_a_future_batch_is_refused_from_its_header_before_it_is_decompressed(
+    open_log: LogOpener, on_thread: bool
+) -> None:
+    """The header's max timestamp is checked before the record walk decompresses anything: a
+    batch two hours ahead is INVALID_TIMESTAMP even when its records would not decompress (a
+    few hundred bytes of zstd can take seconds to decompress and walk)."""
+    log = open_log(ROOMY)
+    now = 1_700_000_000_000
+    future = _corrupt_zstd_batch_signed(now + 2 * 3600 * 1000)
+
+    def refused() -> None:
+        if on_thread:
+            log.precheck(future, now)
+        else:
+            log.append_as_leader(future, leader_epoch=0, now_ms=now)
+
+    with pytest.raises(InvalidTimestamp, match="out of range"):
+        refused()
+    with pytest.raises(CorruptRecordError):
+        log.precheck(_corrupt_zstd_batch_signed(now), now)
+    assert log.log_end_offset == 0
