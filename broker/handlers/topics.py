@@ -4,10 +4,12 @@ nothing."""
 
 from __future__ import annotations
 
+import uuid
+from collections import Counter
 from typing import Any
 
-from broker.metadata import QuorumController, TopicRequest
-from broker.protocol import ApiKey, ResponseBody, build, response_module
+from broker.metadata import Outcome, QuorumController, TopicRequest
+from broker.protocol import ApiKey, ErrorCode, ResponseBody, build, response_module
 from broker.server import RequestContext
 
 from .context import NO_THROTTLE, NodeState
@@ -86,11 +88,12 @@ class DeleteTopics:
         version = context.header.api_version
         schema = response_module(ApiKey.DELETE_TOPICS, version)
         if version >= 6:
-            names = [t.name for t in request.topics if t.name is not None]
-            ids = [t.topic_id for t in request.topics if t.name is None]
+            # The codec reads the zero UUID, "no id", as None.
+            pairs = [(t.name, t.topic_id or _NO_ID) for t in request.topics]
         else:
-            names, ids = list(request.topic_names), []
-        results = await self._state.metadata.propose(
+            pairs = [(name, _NO_ID) for name in request.topic_names]
+        names, ids, refused = _deletions(pairs)
+        results = refused + await self._state.metadata.propose(
             lambda controller: controller.delete_topics(names, ids)
         )
         responses = tuple(
@@ -107,6 +110,42 @@ class DeleteTopics:
             schema.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=responses
         )
         return response
+
+
+_NO_ID = uuid.UUID(int=0)
+
+Deletion = tuple[str | None, uuid.UUID | None, Outcome]
+
+
+def _deletions(
+    pairs: list[tuple[str | None, uuid.UUID]],
+) -> tuple[list[str], list[uuid.UUID], list[Deletion]]:
+    """The names and ids a DeleteTopics may delete, and its refusals, as Kafka's controller
+    decides them: a name or an id given twice deletes nothing and is answered INVALID_REQUEST
+    once ("Duplicate topic name."), as is an entry with both a name and an id, or neither."""
+    refused: list[Deletion] = []
+    names: Counter[str] = Counter()
+    ids: Counter[uuid.UUID] = Counter()
+    for name, topic_id in pairs:
+        if name is None and topic_id == _NO_ID:
+            message = "Neither topic name nor id were specified."
+            refused.append((None, _NO_ID, Outcome(ErrorCode.invalid_request, message)))
+        elif name is not None and topic_id != _NO_ID:
+            message = "You may not specify both topic name and topic id."
+            refused.append((name, topic_id, Outcome(ErrorCode.invalid_request, message)))
+        elif name is not None:
+            names[name] += 1
+        else:
+            ids[topic_id] += 1
+    duplicate = Outcome(ErrorCode.invalid_request, "Duplicate topic name.")
+    refused += [(name, _NO_ID, duplicate) for name, count in names.items() if count > 1]
+    duplicate = Outcome(ErrorCode.invalid_request, "Duplicate topic id.")
+    refused += [(None, topic_id, duplicate) for topic_id, count in ids.items() if count > 1]
+    return (
+        [name for name, count in names.items() if count == 1],
+        [topic_id for topic_id, count in ids.items() if count == 1],
+        refused,
+    )
 
 
 class CreatePartitions:

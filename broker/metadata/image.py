@@ -57,9 +57,10 @@ topic (which is never in the image, so every other request finds it unknown)."""
 
 
 def is_internal_topic(name: str) -> bool:
-    """Topics the cluster keeps for itself (`__consumer_offsets`, `__cluster_metadata`):
-    never auto-created by a client's Metadata request, reported with `is_internal`."""
-    return name.startswith("__")
+    """Topics the cluster keeps for itself (`__consumer_offsets`, `__transaction_state`,
+    `__cluster_metadata`): never auto-created by a client's Metadata request, reported with
+    `is_internal`. Other names starting with `__` are a user's, as in Kafka."""
+    return name in BROKER_ONLY_TOPICS
 
 
 @dataclass(frozen=True, slots=True)

@@ -227,3 +227,35 @@ def test_an_admin_request_too_large_for_one_operation_is_refused_whole(
         assert _refusal(grown["small"]).code() == KafkaError.POLICY_VIOLATION
         assert len(admin.list_topics("small", timeout=10).topics["small"].partitions) == 1
         _send(node.bootstrap, "small", 2)
+
+
+def test_a_users_double_underscore_topic_is_an_ordinary_topic(tmp_path: Path) -> None:
+    """Kafka's internal topics are `__consumer_offsets` and `__transaction_state`, not every
+    name starting with `__`: a producer's Metadata request auto-creates a user's `__audit`
+    like any other topic, and it is not reported internal; `__consumer_offsets` still is, and
+    is never auto-created by a client."""
+    with run_node(tmp_path) as node:
+        _send(node.bootstrap, "__audit", 3)
+        assert [m.value() for m in read_all(node.bootstrap, "__audit", 1, 3)] == [
+            b"v0",
+            b"v1",
+            b"v2",
+        ]
+        metadata = request_module(ApiKey.METADATA, 12)
+        body = build(
+            metadata.MetadataRequest,
+            topics=tuple(
+                build(metadata.MetadataRequestTopic, name=name, topic_id=None)
+                for name in ("__audit", "__consumer_offsets")
+            ),
+            allow_auto_topic_creation=True,
+            include_topic_authorized_operations=False,
+        )
+        response = call(("localhost", node.port), ApiKey.METADATA, 12, body)
+        described = {t.name: (t.error_code, t.is_internal) for t in response.topics}
+        assert described["__audit"] == (ErrorCode.none, False)
+        # Whether or not the broker has made it yet, a client's request did not.
+        assert described["__consumer_offsets"] in {
+            (ErrorCode.none, True),
+            (ErrorCode.unknown_topic_or_partition, False),
+        }

@@ -94,6 +94,7 @@ class Scenario:
             self.offsets,
             self.groups,
             self.cluster,
+            self.deletions,
         ):
             case()
         return self.answers
@@ -329,6 +330,56 @@ class Scenario:
         )
         self.answers["InitProducerId v5"] = (response.error_code, response.producer_epoch)
 
+    def deletions(self) -> None:
+        """DeleteTopics naming a topic twice, an id twice, both a name and an id, or neither:
+        each refused, and the topics named twice not deleted."""
+        values: dict[str, Any] = {
+            "topics": [
+                {"name": name, "num_partitions": 1, "replication_factor": 1}
+                for name in ("twice-v5", "twice-v6", "by-id-twice")
+            ],
+            "timeout": timedelta(seconds=30),
+        }
+        created = {t.name: t.topic_id for t in self.call(ApiKey.CREATE_TOPICS, 7, values).topics}
+        twice_id = created["by-id-twice"]
+        v5 = {"topic_names": ["twice-v5", "twice-v5"], "timeout": timedelta(seconds=30)}
+        response = self.call(ApiKey.DELETE_TOPICS, 5, v5)
+        self.answers["DeleteTopics v5 naming a topic twice"] = sorted(
+            (r.name, r.error_code, r.error_message) for r in response.responses
+        )
+        v6 = {
+            "topics": [
+                {"name": "twice-v6", "topic_id": None},
+                {"name": "twice-v6", "topic_id": None},
+                {"name": None, "topic_id": twice_id},
+                {"name": None, "topic_id": twice_id},
+                {"name": TOPIC, "topic_id": self.topic_id},
+                {"name": None, "topic_id": None},
+            ],
+            "timeout": timedelta(seconds=30),
+        }
+        response = self.call(ApiKey.DELETE_TOPICS, 6, v6)
+        self.answers["DeleteTopics v6 with duplicates, both and neither"] = sorted(
+            (
+                r.name or "",
+                "the id named twice" if r.topic_id == twice_id else self.id_of(r.topic_id),
+                r.error_code,
+                r.error_message,
+            )
+            for r in response.responses
+        )
+        # Kafka's brokers learn of new topics a moment after CreateTopics answers: wait for
+        # them all (up to 30 s; a broker that deleted them fails here).
+        metadata = self.retry(
+            ApiKey.METADATA,
+            12,
+            {"topics": None},
+            lambda r: {*created, TOPIC} <= {t.name for t in r.topics},
+        )
+        self.answers["topics left after the refused deletions"] = sorted(
+            t.name for t in metadata.topics if t.name in (*created, TOPIC)
+        )
+
 
 def _answers(kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Answers]:
     with run_broker(kind, tmp_path_factory.mktemp(kind)) as broker:  # type: ignore[arg-type]
@@ -380,6 +431,15 @@ def test_the_cases_say_what_they_test(kafka_answers: Answers) -> None:
     assert kafka_answers["DescribeGroups v6"][0][1:3] == (
         e.group_id_not_found,
         "Group nobody-here not found.",
+    )
+    refused = kafka_answers["DeleteTopics v6 with duplicates, both and neither"]
+    assert {(name, error) for name, _, error, _ in refused} == {
+        ("twice-v6", e.invalid_request),
+        ("", e.invalid_request),
+        (TOPIC, e.invalid_request),
+    }
+    assert kafka_answers["topics left after the refused deletions"] == sorted(
+        ["twice-v5", "twice-v6", "by-id-twice", TOPIC]
     )
 
 
