@@ -2,12 +2,19 @@
 
 Replication asks it "where did epoch E end?" (OffsetForLeaderEpoch) so a follower truncates to
 exactly the leader's history (KIP-101, KIP-279). Persisted as Kafka's `leader-epoch-checkpoint`
-in the partition directory, rewritten on every change (epochs change only on leader election).
+in the partition directory, rewritten on every change: a new epoch (leader election) at once;
+the log start moving up (retention, DeleteRecords) through `write_later` when the log has a
+flush thread, as Kafka writes it since KAFKA-15046: retention moves the log start once per
+deleted segment, and two fsyncs (the file, its directory) on the event loop each time stalled
+every client. A crash before that write lands leaves the older checkpoint, whose epochs below
+the log start are dropped again when the log loads.
 """
 
 from __future__ import annotations
 
 import bisect
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from .checkpoints import read_epoch_checkpoint, write_epoch_checkpoint
@@ -25,6 +32,11 @@ class LeaderEpochCache:
         entries = read_epoch_checkpoint(self._path)
         self._epochs = [epoch for epoch, _ in entries]
         self._offsets = [offset for _, offset in entries]
+        self.write_later: Callable[[Callable[[], None]], None] | None = None
+        """Runs a checkpoint write elsewhere, in order with the others (the log's flusher)."""
+        self._writing = threading.Lock()
+        self._version = 0
+        """Of the newest checkpoint: a write queued before a newer one skips itself."""
 
     @property
     def latest_epoch(self) -> int:
@@ -77,11 +89,24 @@ class LeaderEpochCache:
             return
         self._epochs = self._epochs[i - 1 :]
         self._offsets = [start_offset, *self._offsets[i:]]
-        self._save()
+        self._save(later=True)
 
     def clear(self) -> None:
         self._epochs, self._offsets = [], []
         self._save()
 
-    def _save(self) -> None:
-        write_epoch_checkpoint(self._path, self.entries())
+    def _save(self, *, later: bool = False) -> None:
+        path, entries = self._path, self.entries()
+        with self._writing:
+            self._version += 1
+            version = self._version
+            if not (later and self.write_later is not None):
+                write_epoch_checkpoint(path, entries)
+                return
+
+        def write() -> None:
+            with self._writing:
+                if version == self._version:  # else a newer checkpoint was written since
+                    write_epoch_checkpoint(path, entries)
+
+        self.write_later(write)

@@ -165,13 +165,12 @@ class Log:
         self.recovery_point = self.log_end_offset
         self._unflushed_records = 0
         self._last_flush_ms = now_ms
-        self.flusher: Executor | None = None
-        """Where a rolled segment is fsynced (the log manager's flush thread), so that a roll
-        does not wait for the disk; None: at once, in the caller's thread."""
+        self._flusher: Executor | None = None
         self._pending: PendingAppend | None = None
         """The one append whose write is under way on another thread (`start_append`)."""
-        self._flushes: list[tuple[Future[None], int]] = []
-        """Background fsyncs under way, each with the recovery point it makes true."""
+        self._flushes: list[tuple[Future[None], int, str]] = []
+        """Background writes under way, each with the recovery point it makes true (-1: none)
+        and what it is."""
         # After the recovery flush: a snapshot written here describes data already on disk.
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.producer_state = ProducerStateManager(directory)
@@ -563,7 +562,7 @@ class Log:
         # recovery point moves once both are on disk (`complete_flushes`).
         snapshot = self.producer_state.take_snapshot(base, sync=False)
         flush = self.flusher.submit(_and_fsync(fsyncs, snapshot))
-        self._flushes.append((flush, previous.next_offset))
+        self._flushes.append((flush, previous.next_offset, "fsync of a rolled segment"))
         return segment
 
     # -- flushing -------------------------------------------------------------------------
@@ -578,18 +577,36 @@ class Log:
         ):
             self.flush(now_ms)
 
+    @property
+    def flusher(self) -> Executor | None:
+        """Where a rolled segment is fsynced (the log manager's flush thread), so that a roll
+        does not wait for the disk, and where the leader-epoch checkpoint is written after
+        retention moves the log start; None: at once, in the caller's thread."""
+        return self._flusher
+
+    @flusher.setter
+    def flusher(self, executor: Executor | None) -> None:
+        self._flusher = executor
+        self.epochs.write_later = None if executor is None else self._write_later
+
+    def _write_later(self, write: Callable[[], None]) -> None:
+        if self._flusher is None:
+            write()
+            return
+        self._flushes.append((self._flusher.submit(write), -1, "leader-epoch checkpoint"))
+
     def complete_flushes(self) -> None:
         """Take in the background fsyncs that are done: the recovery point moves past each
         segment on disk; one that failed raises LogDirFailure (the disk let it down)."""
         pending = []
-        for flush, offset in self._flushes:
+        for flush, offset, what in self._flushes:
             if not flush.done():
-                pending.append((flush, offset))
+                pending.append((flush, offset, what))
                 continue
             error = flush.exception()
             if error is not None:
                 self._flushes = pending
-                raise LogDirFailure(f"{self.directory.name}: fsync of a rolled segment: {error}")
+                raise LogDirFailure(f"{self.directory.name}: {what}: {error}")
             self.recovery_point = max(self.recovery_point, offset)
         self._flushes = pending
 

@@ -369,6 +369,63 @@ def test_a_failed_background_fsync_takes_the_log_dir_offline(
     assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
 
 
+def _retained_log(tmp_path: Path) -> tuple[LogManager, Log]:
+    """A log of six segments of 2 batches over a retention of three, checked every 50 ms."""
+    config = LogConfig(segment_bytes=600, retention_bytes=1800, file_delete_delay_ms=0)
+    manager = LogManager([tmp_path], config, background_flush=True, retention_check_interval_ms=50)
+    manager.startup(now_ms=0)
+    log = manager.create_log("t", 0, now_ms=0)
+    for n in range(12):
+        log.append_as_leader(_batch(1), leader_epoch=0, now_ms=n)
+    return manager, log
+
+
+def _epoch_checkpoint(log: Log) -> list[str]:
+    return (log.directory / "leader-epoch-checkpoint").read_text().split("\n")[2:-1]
+
+
+def _settle(manager: LogManager, log: Log) -> None:
+    deadline = time.monotonic() + 10
+    while log.flusher is not None and time.monotonic() < deadline:
+        manager.tick(now_ms=90)
+        if not log._flushes:
+            return
+        time.sleep(0.01)
+    raise AssertionError("the flush thread did not finish")
+
+
+def test_retention_writes_the_leader_epoch_checkpoint_on_the_flush_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Retention moves the log start once per deleted segment: the leader-epoch checkpoint it
+    rewrites is fsynced on the flush thread, not on the caller's (the event loop)."""
+    manager, log = _retained_log(tmp_path)
+    seen = _record_fsyncs(monkeypatch)
+    manager.tick(now_ms=100)
+    start = log.log_start_offset
+    assert start > 0
+    _settle(manager, log)
+    assert [t for t, name in seen if name.startswith("leader-epoch")] == ["log-flush_0"]
+    assert _epoch_checkpoint(log) == [f"0 {start}"]
+    manager.shutdown(now_ms=104)
+
+
+def test_a_queued_epoch_checkpoint_never_overwrites_a_newer_one(tmp_path: Path) -> None:
+    """Retention's checkpoint waits on the flush thread (held here behind a gate) while a new
+    leader epoch is written at once: the older write, landing last, must not undo it."""
+    manager, log = _retained_log(tmp_path)
+    assert log.flusher is not None
+    gate = threading.Event()
+    log.flusher.submit(gate.wait)
+    manager.tick(now_ms=100)  # retention's checkpoint: queued behind the gate
+    start = log.log_start_offset
+    log.append_as_leader(_batch(1), leader_epoch=1, now_ms=101)  # written at once
+    gate.set()
+    _settle(manager, log)
+    assert _epoch_checkpoint(log) == [f"0 {start}", "1 12"]
+    manager.shutdown(now_ms=104)
+
+
 def test_periodic_checkpoints_are_written_on_the_flush_thread_in_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
