@@ -251,7 +251,7 @@ class ReplicaManager:
         if len(records) < OFFLOAD_BYTES and not (
             len(records) >= OFFLOAD_COMPRESSED_BYTES and is_compressed(records)
         ):
-            return self.append(topic, index, records, acks)
+            return await self._flushed(topic, index, self.append(topic, index, records, acks))
         done = self._appending[key] = asyncio.Event()
         try:
             result = await self._append_on_threads(topic, index, records, acks)
@@ -260,6 +260,22 @@ class ReplicaManager:
             done.set()
         if self.on_append is not None:
             self.on_append(topic, result, len(records))
+        return await self._flushed(topic, index, result)
+
+    async def _flushed(self, topic: str, index: int, result: AppendResult) -> AppendResult:
+        """`result`, once the `flush.messages`/`flush.ms` flush its append started (on the
+        flush thread) is done: a produce is answered after its fsync, as in Kafka."""
+        partition = self.partitions.get((topic, index))
+        if result.error != ErrorCode.none or partition is None:
+            return result
+        flushing, partition.log.flushing = partition.log.flushing, None
+        if flushing is None:
+            return result
+        try:
+            await asyncio.wrap_future(flushing)
+        except OSError as exc:
+            self.log_dir_failed(topic, index, exc)
+            return AppendResult(ErrorCode.kafka_storage_error, message=f"flush failed: {exc}")
         return result
 
     async def _append_on_threads(

@@ -166,6 +166,8 @@ class Log:
         self._unflushed_records = 0
         self._last_flush_ms = now_ms
         self._flusher: Executor | None = None
+        self.flushing: Future[None] | None = None
+        """The newest `flush.messages`/`flush.ms` flush under way on the flush thread."""
         self._pending: PendingAppend | None = None
         """The one append whose write is under way on another thread (`start_append`)."""
         self._flushes: list[tuple[Future[None], int, str]] = []
@@ -568,14 +570,34 @@ class Log:
     # -- flushing -------------------------------------------------------------------------
 
     def maybe_flush(self, now_ms: int) -> None:
-        """Apply `flush.messages` and `flush.ms`; by default neither ever triggers."""
+        """Apply `flush.messages` and `flush.ms`; by default neither ever triggers. With a
+        flush thread the fsyncs run there and the recovery point moves once they are done;
+        `flushing` is then what a produce waits for before it is answered, as Kafka's append
+        flushes before it returns."""
         if self._unflushed_records == 0:
             return
-        if (
+        if not (
             self._unflushed_records >= self.config.flush_messages
             or now_ms - self._last_flush_ms >= self.config.flush_ms
         ):
+            return
+        if self._flusher is None:
             self.flush(now_ms)
+            return
+        fsyncs = [
+            segment.flush_detached()
+            for segment in self.segments
+            if segment.next_offset > self.recovery_point or segment is self.active_segment
+        ]
+
+        def run() -> None:
+            for fsync in fsyncs:
+                fsync()
+
+        self.flushing = self._flusher.submit(run)
+        self._flushes.append((self.flushing, self.log_end_offset, "flush"))
+        self._unflushed_records = 0
+        self._last_flush_ms = now_ms
 
     @property
     def flusher(self) -> Executor | None:

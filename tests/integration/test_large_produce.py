@@ -140,3 +140,27 @@ def test_deleting_a_topic_while_its_large_batches_are_written_harms_nothing_else
     assert answer.error_code == ErrorCode.none, answer
     assert "KAFKA_STORAGE_ERROR" not in node.log_tail(20000)
     assert "offline" not in node.log_tail(20000)
+
+
+def test_a_topic_that_flushes_every_message_acknowledges_each_after_its_fsync(
+    node: RunningNode,
+) -> None:
+    """`flush.messages=1`: every produce waits for its fsync on the flush thread before it is
+    answered; a real idempotent producer's records, small and large, all come back in order."""
+    create_topic(node.bootstrap, "durable", 1, **LARGE, **{"flush.messages": "1"})
+    producer = Producer(
+        {
+            "bootstrap.servers": node.bootstrap,
+            "enable.idempotence": True,
+            "message.max.bytes": 8 * MiB,
+            "linger.ms": 0,
+            **QUIET,
+        }
+    )
+    sent = [bytes([n]) * (2 * MiB if n % 5 == 0 else 50) for n in range(20)]
+    for value in sent:
+        producer.produce("durable", value=value, partition=0)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    assert [m.value() for m in read_all(node.bootstrap, "durable", 1, len(sent))] == sent
+    assert "KAFKA_STORAGE_ERROR" not in node.log_tail(20000)

@@ -426,6 +426,26 @@ def test_a_queued_epoch_checkpoint_never_overwrites_a_newer_one(tmp_path: Path) 
     manager.shutdown(now_ms=104)
 
 
+def test_flush_messages_fsyncs_on_the_flush_thread_and_says_when_it_is_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`flush.messages=1`: each append's fsync runs on the flush thread, not the caller's (the
+    event loop), and `flushing` is the future a produce waits on before it is answered; the
+    recovery point moves once it is done."""
+    manager = LogManager([tmp_path], LogConfig(flush_messages=1), background_flush=True)
+    manager.startup(now_ms=0)
+    log = manager.create_log("t", 0, now_ms=0)
+    seen = _record_fsyncs(monkeypatch)
+    log.append_as_leader(_batch(3), leader_epoch=0, now_ms=1)
+    flushing = log.flushing
+    assert flushing is not None
+    flushing.result(timeout=10)
+    assert {t for t, name in seen if name.endswith(".log")} == {"log-flush_0"}
+    manager.tick(now_ms=2)
+    assert log.recovery_point == 3
+    manager.shutdown(now_ms=3)
+
+
 def test_periodic_checkpoints_are_written_on_the_flush_thread_in_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
