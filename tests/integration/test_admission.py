@@ -35,7 +35,9 @@ def _connect(node: RunningNode, source: str = "127.0.0.1") -> socket.socket:
 
 
 def _served(sock: socket.socket) -> bool:
-    """Whether the broker answers an ApiVersions on `sock` (False: it closed the connection)."""
+    """Whether the broker answers an ApiVersions on `sock` (False: it closed the connection).
+    Both are events on the socket, not the end of a wait: a connection neither answered nor
+    closed raises TimeoutError (10 s) and fails the test, so False cannot mean "too slow"."""
     try:
         return exchange(sock, API_VERSIONS) is not None
     except ConnectionError:

@@ -268,9 +268,9 @@ def test_records_with_an_old_create_time_are_readable_after_they_are_acknowledge
 ) -> None:
     """Records whose CreateTime is past retention.ms (a backfill, librdkafka's test 0052) stay
     readable until retention next runs, every log.retention.check.interval.ms (5 minutes), as
-    in Kafka; they used to roll a segment per batch and be deleted within the second. The 3 s
-    wait spans three of the broker's one-second housekeeping rounds, any of which deleted
-    them before."""
+    in Kafka; they used to roll a segment per batch and be deleted within the second, by the
+    broker's next one-second housekeeping round. They are read after such a round is seen to
+    have run, not after a wait that a slow machine could outlast."""
     topic = "backfill"
     create_topic(node.bootstrap, topic, partitions=1)
     month_ago = int(time.time() * 1000) - 30 * 86_400_000
@@ -278,11 +278,28 @@ def test_records_with_an_old_create_time_are_readable_after_they_are_acknowledge
     for i in range(20):
         producer.produce(topic, value=b"old%d" % i, timestamp=month_ago + i)
         assert producer.flush(5) == 0
-    time.sleep(3)
+    _housekeeping_round(node, "backfill-round")
     got = read_all(node.bootstrap, topic, 1, 20)
     assert [m.value() for m in got] == [b"old%d" % i for i in range(20)]
     segments = list((Path(node.config.parent) / "logs" / f"{topic}-0").glob("*.log"))
     assert len(segments) == 1
+
+
+def _housekeeping_round(node: RunningNode, marker: str) -> None:
+    """Return once a housekeeping round that began after this call has run: a topic deleted
+    with file.delete.delay.ms=0 keeps its directory until a round removes it, and a round
+    applies retention to every log before it removes deleted ones."""
+    create_topic(node.bootstrap, marker, 1, **{"file.delete.delay.ms": "0"})
+    logs = Path(node.config.parent) / "logs"
+    deadline = time.monotonic() + 20
+    while not (logs / f"{marker}-0").is_dir():
+        assert time.monotonic() < deadline, f"{marker}-0 was never created"
+        time.sleep(0.05)
+    admin = admin_client(node.bootstrap)
+    admin.delete_topics([marker], operation_timeout=30)[marker].result(30)
+    while list(logs.glob(f"{marker}-0*")):
+        assert time.monotonic() < deadline, f"no housekeeping round removed {marker}-0"
+        time.sleep(0.05)
 
 
 def test_list_offsets_max_timestamp_names_the_record_that_carries_it(node: RunningNode) -> None:

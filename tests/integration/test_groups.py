@@ -150,6 +150,16 @@ def test_kafka_python_group_consumer(node: RunningNode) -> None:
     # ... which are the ends of the partitions (an empty read alone proves no resume).
     committed = [again.committed(TopicPartition("kp-group", p)) for p in range(3)]
     assert sum(offset or 0 for offset in committed) == 30
+    # The empty read could be a consumer not yet fetching after 2 s; the same consumer, given
+    # one record now, must read that one first: resumed anywhere earlier, older ones come first.
+    producer = Producer({"bootstrap.servers": node.bootstrap, **QUIET})
+    producer.produce("kp-group", value=b"after", partition=0)
+    assert producer.flush(10) == 0
+    fresh: list[Any] = []
+    deadline = time.monotonic() + 20
+    while not fresh and time.monotonic() < deadline:
+        fresh = [r for records in again.poll(timeout_ms=500).values() for r in records]
+    assert [(r.partition, r.offset, r.value) for r in fresh] == [(0, committed[0], b"after")]
     again.close()
 
 

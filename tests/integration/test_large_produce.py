@@ -130,6 +130,9 @@ def test_deleting_a_topic_while_its_large_batches_are_written_harms_nothing_else
         chunks[socks[0]] = chunks[socks[0]][2:]
         push(chunks, timeout=60)
         frames = collect_frames(socks, 8, timeout=60)
+    # Every request answered, so every write has ended (and logged any failure) before the
+    # answers and the log are checked: missing answers would leave nothing to check.
+    assert [len(got) for got in frames.values()] == [8] * 4
     errors = {produced(f).error_code for got in frames.values() for f in got}
     assert errors <= {
         ErrorCode.none,

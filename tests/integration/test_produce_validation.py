@@ -73,6 +73,8 @@ def test_a_batch_claiming_records_it_does_not_hold_is_refused(node: RunningNode)
         partition = TopicPartition("counted", 0)
         consumer.assign([partition])
         consumer.seek_to_beginning(partition)
+        # Nothing else within the 5 s is no proof alone; the honest batch at offset 0 (above)
+        # is: stored, the refused one would have taken offset 0 before it.
         assert [(m.offset, m.value) for m in consumer] == [(0, b"v")]
     finally:
         consumer.close()

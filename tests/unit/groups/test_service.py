@@ -147,9 +147,13 @@ class Gate:
         self.inner = inner
         self.open = asyncio.Event()
         self.open.set()
+        self.waiting = asyncio.Event()
+        """Set once an append waits at the closed gate."""
         self.failures = 0
 
     async def append(self, partition: int, records: Sequence[tuple[bytes, bytes | None]]) -> None:
+        if not self.open.is_set():
+            self.waiting.set()
         await self.open.wait()
         if self.failures:
             self.failures -= 1
@@ -168,6 +172,10 @@ def test_a_commit_is_acknowledged_only_once_its_record_is_in_the_log(data_dir: P
         await broker.service.start()
         gate.open.clear()
         pending = asyncio.create_task(broker.service.commit_offsets(commit("g", ("t", 0, 5))))
+        # Observed once the record is at the log and held there (an event, so a slow machine
+        # cannot make the check early), then for 50 ms more of loop turns in which an answer
+        # not tied to the write would go out.
+        await asyncio.wait_for(gate.waiting.wait(), 5)
         await asyncio.sleep(0.05)
         assert not pending.done()
         assert broker.records("g") == []
@@ -237,7 +245,12 @@ def test_stop_answers_parked_requests_and_leaves_no_task_behind(data_dir: Path) 
         broker = Broker(data_dir, initial_rebalance_delay_ms=60_000)
         await broker.service.start()
         parked = asyncio.create_task(broker.service.join_group(join()))
-        await asyncio.sleep(0.05)
+        # Parked for certain: the group's state says it waits out its 60 s delay, where a
+        # wait alone would only say the join was not answered yet.
+        deadline = time.monotonic() + 5
+        while (await broker.service.describe_groups(["g"]))[0].state != "PreparingRebalance":
+            assert time.monotonic() < deadline, "the join never parked"
+            await asyncio.sleep(0.01)
         assert not parked.done()
         await broker.stop()
         assert (await parked).error == E.not_coordinator

@@ -95,9 +95,12 @@ async def test_a_region_larger_than_the_socket_buffer_waits_for_the_reader(
     region, content = pinned(tmp_path, size, 0, size)
     async with connected(send_buffer=128 * 1024) as (transport, reader, _):
         sending = asyncio.ensure_future(send_region(transport, region))
-        await asyncio.sleep(0.05)
+        # Checked once 1 MiB has arrived, not after a wait: the region is under way, and with
+        # 7 MiB unread (beyond the kernel's and the reader's buffers) it can only be done if
+        # something holds the rest in memory.
+        first = await reader.readexactly(1024 * 1024)
         assert not sending.done(), "8 MiB cannot fit in the socket buffers unread"
-        received = await reader.readexactly(size)
+        received = first + await reader.readexactly(size - len(first))
         await sending
     region.close()
     assert received == content
@@ -171,6 +174,9 @@ async def test_a_client_that_goes_away_while_a_region_waits_is_an_os_error(
             await asyncio.sleep(0.1)
         sending = asyncio.ensure_future(send_region(transport, region))
         await asyncio.sleep(0.1)
+        # A precondition, not the check: the client reads nothing and both ends' buffers are
+        # full, so the region cannot finish however long this waits; if it could (held in
+        # memory), the ConnectionError expected below would not come.
         assert not sending.done()
         client.transport.abort()
         with pytest.raises(ConnectionError):
