@@ -16,7 +16,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from broker.metadata.image import INTERNAL_TOPICS
-from broker.protocol import ApiKey, ErrorCode, ResponseBody, build, response_module
+from broker.protocol import (
+    ApiKey,
+    Codec,
+    ErrorCode,
+    MalformedInput,
+    ResponseBody,
+    build,
+    response_module,
+)
+from broker.protocol.records import read_batch_header
 from broker.server import CloseConnection, RequestContext
 from broker.storage import AppendInfo
 
@@ -61,6 +70,8 @@ class Handler:
                     message = f"Cannot append to internal topic {name}"
                 elif data.records is None:
                     error, message, info = ErrorCode.corrupt_message, "no records", None
+                elif (refused := _refused_records(version, data.records)) is not None:
+                    (error, message), info = refused, None
                 else:
                     result = await self._replicas.append_offloaded(
                         name, data.index, data.records, acks
@@ -125,6 +136,26 @@ class Handler:
             node_endpoints=tuple(endpoints.values()),
         )
         return response
+
+
+def _refused_records(version: int, records: bytes) -> tuple[ErrorCode, str] | None:
+    """Kafka's checks of a partition's records before any append (`ProduceRequest.
+    validateRecords`): exactly one batch, and zstd only from v7. A second batch would also take
+    the append off the path that walks large and compressed batches on a thread."""
+    try:
+        header = read_batch_header(records)
+    except MalformedInput:
+        return None  # the append refuses it with the reason (CORRUPT_MESSAGE)
+    if len(records) > header.size:
+        return ErrorCode.invalid_record, (
+            f"Produce requests with version {version} are only allowed to contain exactly one "
+            "record batch per partition"
+        )
+    if version < 7 and header.codec is Codec.ZSTD:
+        return ErrorCode.unsupported_compression_type, (
+            f"Produce requests with version {version} are not allowed to use ZStandard compression"
+        )
+    return None
 
 
 def _append_time(info: AppendInfo | None) -> datetime | None:

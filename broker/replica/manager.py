@@ -88,6 +88,23 @@ hold 80 000 records (12 ms of walking), a megabyte a million (140 ms)."""
 
 _T = TypeVar("_T")
 
+_ERRORS: tuple[tuple[type[Exception], ErrorCode], ...] = (
+    (CorruptRecordError, ErrorCode.corrupt_message),
+    (RecordTooLarge, ErrorCode.message_too_large),
+    (OutOfOrderSequence, ErrorCode.out_of_order_sequence_number),
+    (InvalidProducerEpoch, ErrorCode.invalid_producer_epoch),
+    (InvalidTimestamp, ErrorCode.invalid_timestamp),
+    (LogOffline, ErrorCode.kafka_storage_error),
+    (StorageError, ErrorCode.kafka_storage_error),
+)
+"""What an append's refusal or failure answers (InvalidRecord and I/O errors have their own)."""
+_REFUSALS: tuple[type[Exception], ...] = (
+    InvalidRecord,
+    LogDirFailure,
+    OSError,
+    *(kind for kind, _ in _ERRORS),
+)
+
 
 @dataclass(slots=True)
 class Partition:
@@ -152,6 +169,8 @@ class ReplicaManager:
         self._waiters: dict[TopicPartition, set[asyncio.Future[None]]] = {}
         self._appending: dict[TopicPartition, asyncio.Event] = {}
         """Partitions with an append on threads under way, set when it is done."""
+        self._finishing: set[TopicPartition] = set()
+        """Partitions whose cancelled append's write is still to be taken in."""
         self.on_append: AppendObserver | None = None
 
     # -- following the metadata -------------------------------------------------------------
@@ -252,12 +271,12 @@ class ReplicaManager:
             len(records) >= OFFLOAD_COMPRESSED_BYTES and is_compressed(records)
         ):
             return await self._flushed(topic, index, self.append(topic, index, records, acks))
-        done = self._appending[key] = asyncio.Event()
+        self._appending[key] = asyncio.Event()
         try:
             result = await self._append_on_threads(topic, index, records, acks)
         finally:
-            del self._appending[key]
-            done.set()
+            if key not in self._finishing:
+                self._next_turn(key)
         if self.on_append is not None:
             self.on_append(topic, result, len(records))
         return await self._flushed(topic, index, result)
@@ -313,6 +332,9 @@ class ReplicaManager:
             # this request is cancelled meanwhile (the log would otherwise keep it pending).
             await asyncio.shield(written)
         except asyncio.CancelledError:
+            # The partition's turn passes on only once the write is taken in: until then the
+            # log refuses every other append.
+            self._finishing.add((topic, index))
             written.add_done_callback(lambda _: self._finish_quietly(topic, index, pending))
             raise
         gone = self.get(topic, index)
@@ -322,7 +344,17 @@ class ReplicaManager:
         return result if isinstance(result, AppendResult) else AppendResult(ErrorCode.none, result)
 
     def _finish_quietly(self, topic: str, index: int, pending: PendingAppend) -> None:
-        self._guarded(topic, index, pending.finish)  # nobody waits for the answer
+        try:
+            self._guarded(topic, index, pending.finish)  # nobody waits for the answer
+        finally:
+            self._finishing.discard((topic, index))
+            self._next_turn((topic, index))
+
+    def _next_turn(self, key: TopicPartition) -> None:
+        """The partition's append is done: the next one waiting may start."""
+        done = self._appending.pop(key, None)
+        if done is not None:
+            done.set()
 
     def _appendable(self, topic: str, index: int, acks: int) -> Partition | AppendResult:
         found = self.get(topic, index)
@@ -356,46 +388,38 @@ class ReplicaManager:
         self, topic: str, index: int, check: Awaitable[None]
     ) -> AppendResult | None:
         """`_guarded` for a check under way on a thread: its refusal, or None if it passed."""
-        failed: BaseException | None = None
         try:
             await check
-        except Exception as exc:
-            failed = exc
-
-        def outcome() -> None:
-            if failed is not None:
-                raise failed
-
-        result = self._guarded(topic, index, outcome)
-        return result if isinstance(result, AppendResult) else None
+        except _REFUSALS as exc:
+            # The traceback holds the check's frames, and they the request's records: let go
+            # of them now, not when the cycle collector comes round to this frame.
+            exc.__traceback__ = None
+            return self._refusal(topic, index, exc)
+        return None
 
     def _guarded(self, topic: str, index: int, append: Callable[[], _T]) -> _T | AppendResult:
         """Run `append`; a refusal or a storage failure becomes its AppendResult (an I/O
         error takes the partition's log dir offline). A success wakes the partition's fetches."""
         try:
             outcome = append()
-        except CorruptRecordError as exc:
-            return AppendResult(ErrorCode.corrupt_message, message=str(exc))
-        except InvalidRecord as exc:
-            return AppendResult(
-                ErrorCode.invalid_record, message=str(exc), batch_index=exc.batch_index
-            )
-        except RecordTooLarge as exc:
-            return AppendResult(ErrorCode.message_too_large, message=str(exc))
-        except OutOfOrderSequence as exc:
-            return AppendResult(ErrorCode.out_of_order_sequence_number, message=str(exc))
-        except InvalidProducerEpoch as exc:
-            return AppendResult(ErrorCode.invalid_producer_epoch, message=str(exc))
-        except InvalidTimestamp as exc:
-            return AppendResult(ErrorCode.invalid_timestamp, message=str(exc))
-        except (LogDirFailure, OSError) as exc:
-            self.log_dir_failed(topic, index, exc)
-            return AppendResult(ErrorCode.kafka_storage_error, message=str(exc))
-        except (LogOffline, StorageError) as exc:
-            return AppendResult(ErrorCode.kafka_storage_error, message=str(exc))
+        except _REFUSALS as exc:
+            return self._refusal(topic, index, exc)
         if isinstance(outcome, AppendInfo):
             self._wake((topic, index))
         return outcome
+
+    def _refusal(self, topic: str, index: int, exc: Exception) -> AppendResult:
+        if isinstance(exc, InvalidRecord):
+            return AppendResult(
+                ErrorCode.invalid_record, message=str(exc), batch_index=exc.batch_index
+            )
+        if isinstance(exc, LogDirFailure | OSError):
+            self.log_dir_failed(topic, index, exc)
+            return AppendResult(ErrorCode.kafka_storage_error, message=str(exc))
+        for kind, error in _ERRORS:
+            if isinstance(exc, kind):
+                return AppendResult(error, message=str(exc))
+        raise exc
 
     def log_dir_failed(self, topic: str, index: int, exc: Exception) -> None:
         """An I/O error on a partition's disk: every partition of that log dir stops being

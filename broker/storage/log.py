@@ -29,7 +29,6 @@ from broker.protocol.records import (
     check_batch,
     iter_batches,
     read_batch_header,
-    validate_batch,
 )
 
 from .cleaner import complete_interrupted_swaps
@@ -157,6 +156,9 @@ class Log:
             max(log_start_offset, self.segments[0].base_offset), self.log_end_offset
         )
         self.epochs.truncate_from_end(self.log_end_offset)
+        # A checkpoint written after retention may not have reached the disk (it is written
+        # on the flush thread): its epochs below the log start go again here.
+        self.epochs.truncate_from_start(self.log_start_offset)
         if not clean_shutdown:
             # What recovery kept is now the log: make it durable before serving it.
             for segment in self.segments:
@@ -276,8 +278,8 @@ class Log:
         idempotent = False
         compacted = self.config.compact
         for position, header in batches:
-            check_client_batch(view, position, header, compacted=compacted)
             check_max_timestamp(view, position, header, self.config, now_ms)
+            check_client_batch(view, position, header, compacted=compacted)
             count = header.last_offset_delta + 1
             prefixes.append(_PREFIX.pack(next_offset, header.batch_length, leader_epoch))
             assigned.append((position, _with_offsets(header, next_offset, leader_epoch)))
@@ -399,9 +401,13 @@ class Log:
         and walking them takes the loop 140 ms. Raises as `append_as_leader` would."""
         view = memoryview(records)
         try:
-            header = validate_batch(view)
+            header = read_batch_header(view)
         except MalformedInput as exc:
             raise CorruptRecordError(str(exc)) from exc
+        # Cheapest first, as the one-step append: the sizes, the CRC, the header's timestamp,
+        # and only then the walk that may decompress.
+        if self._check(view, 0, header) > self.config.segment_bytes:
+            raise RecordTooLarge(f"{header.size} bytes do not fit in segment.bytes")
         check_max_timestamp(view, 0, header, self.config, now_ms)
         check_client_batch(view, 0, header, compacted=self.config.compact)
 
@@ -430,7 +436,13 @@ class Log:
         planned = self._plan_one(view, header, leader_epoch, now_ms, prechecked=True)
         if isinstance(planned, AppendInfo):
             return planned
-        self._pending = PendingAppend(self, planned, view)
+        try:
+            self._pending = PendingAppend(self, planned, view)
+        except OSError:
+            # No descriptor to spare for the thread (EMFILE): write here, as the one-step
+            # append does, rather than call the disk failed.
+            written = write_one(planned.segment.fd, view, planned.prefix, planned.position)
+            return self._finish_one(planned, written)
         return self._pending
 
     def _finish_pending(self, pending: PendingAppend, written: int | OSError | None) -> AppendInfo:
@@ -482,6 +494,13 @@ class Log:
     ) -> int:
         """The checks every appended batch passes (whole, CRC, size); returns its size.
         `crc=False`: the caller checked the CRC already (`start_append`)."""
+        size = header.batch_length + LOG_OVERHEAD
+        if size > self.config.max_message_bytes:
+            # Before the CRC, as Kafka's validation: a batch too large is not read through.
+            raise RecordTooLarge(
+                f"batch at byte {position} is {size} bytes, more than "
+                f"max.message.bytes={self.config.max_message_bytes}"
+            )
         if crc:
             try:
                 check_batch(view, position, header)
@@ -489,12 +508,6 @@ class Log:
                 raise CorruptRecordError(str(exc)) from exc
         elif position + header.size > len(view):
             raise CorruptRecordError(f"batch of {header.size} bytes is truncated")
-        size = header.batch_length + LOG_OVERHEAD
-        if size > self.config.max_message_bytes:
-            raise RecordTooLarge(
-                f"batch at byte {position} is {size} bytes, more than "
-                f"max.message.bytes={self.config.max_message_bytes}"
-            )
         return size
 
     def _append(

@@ -167,6 +167,13 @@ class LogManager:
             if background_flush
             else None
         )
+        self._deleter = (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-delete")
+            if background_flush
+            else None
+        )
+        """Where retired files are removed: a thread of its own, so that a checkpoint a
+        DeleteRecords waits for never queues behind the unlink of a large segment."""
         self._checkpoint_writes: list[tuple[Future[None], Path]] = []
         self._locked: set[Path] = set()
         self._fd_estimate = len(os.listdir("/proc/self/fd"))
@@ -287,6 +294,9 @@ class LogManager:
         if self._flusher is not None:
             self._flusher.shutdown(wait=True)  # the rolled segments' fsyncs finish first
             self._flusher = None
+        if self._deleter is not None:
+            self._deleter.shutdown(wait=True)
+            self._deleter = None
         for log in self.logs.values():
             log.close(now_ms)
         for pending in self._pending:
@@ -559,7 +569,7 @@ class LogManager:
         return sum(len(p.segments) + (p.directory is not None) for p in self._pending)
 
     def _finish_deletion(self, pending: _PendingDeletion) -> None:
-        """Close the segments now and remove their files, on the flush thread when there is
+        """Close the segments now and remove their files, on the deletion thread when there is
         one: unlinking a large file waits for the filesystem to free its blocks, 100 ms and
         more while the disk is busy writing back (Kafka deletes on its scheduler's thread)."""
         paths = [path for segment in pending.segments for path in segment.close_for_deletion()]
@@ -574,10 +584,10 @@ class LogManager:
             if directory is not None:
                 shutil.rmtree(directory, ignore_errors=True)
 
-        if self._flusher is None:
+        if self._deleter is None:
             remove()
         else:
-            self._flusher.submit(remove)
+            self._deleter.submit(remove)
 
     def checkpoint(self) -> None:
         """Write every online log dir's checkpoints, on the flush thread when there is one (the

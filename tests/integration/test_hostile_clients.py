@@ -468,6 +468,21 @@ def test_abandoned_parked_fetches_are_released(broker: Broker) -> None:
         f"the broker's memory grew by {grown / MiB:.1f} MiB over {ABANDONED_ROUNDS - 1} rounds "
         f"of {ABANDONED_FETCHES} abandoned parked fetches (RSS after each round: {rounds} MiB)"
     )
+    # The positive control: the same Fetch on the same empty topic parks (unanswered like the
+    # rounds' ones) until a record comes, and then gets it; so the rounds measured fetches
+    # that were parked, not ones the broker had set aside some other way.
+    with connections(broker.node.port, 1, greeting=API_VERSIONS) as (witness,):
+        witness.sendall(fetch)
+        time.sleep(0.5)
+        assert not answered([witness]), "the witness Fetch was answered before any record came"
+        record = build_batch([Record(0, now_ms(), b"k", b"witness")])
+        appended = _call(broker, ApiKey.PRODUCE, 9, produce_values(topic, record))
+        assert appended.responses[0].partition_responses[0].error_code == ErrorCode.none
+        (frame,) = collect_frames([witness], 1, timeout=10)[witness]
+    body: Any
+    _, body = decode_response(ApiKey.FETCH, 12, frame)
+    woken = [p for t in body.responses for p in t.partitions if p.records]
+    assert [p.partition_index for p in woken] == [0], "the witness Fetch did not get the record"
 
 
 def test_create_topics_with_a_million_partitions_is_refused(broker: Broker) -> None:

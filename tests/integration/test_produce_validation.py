@@ -16,7 +16,7 @@ import google_crc32c
 import pytest
 from confluent_kafka import KafkaError, Producer
 
-from broker.protocol import ErrorCode
+from broker.protocol import Codec, ErrorCode
 from broker.protocol.records import Record, build_batch
 from tests.integration.clients import QUIET, create_topic, read_all
 from tests.support.nodes import RunningNode, run_node
@@ -122,3 +122,23 @@ def test_a_client_cannot_write_control_batches(node: RunningNode, tmp_path: Path
     )
     assert (following.error_code, following.base_offset) == (ErrorCode.none, 1)
     assert len(read_all(node.bootstrap, "controlled", 1, 2)) == 2
+
+
+def test_a_partition_takes_exactly_one_batch_per_produce(node: RunningNode) -> None:
+    """Kafka's ProduceRequest.validateRecords: from v3 a partition's records are exactly one
+    batch, and zstd ones come from v7 on; anything else is refused before any append (a
+    second batch would also slip past the checks that run large and compressed batches off
+    the event loop) and nothing is stored."""
+    create_topic(node.bootstrap, "one-batch", 1)
+    address = ("localhost", node.port)
+    first = build_batch([Record(0, now_ms(), b"k", b"first")])
+    second = build_batch([Record(0, now_ms(), b"k", b"second")])
+    refused = produce(address, "one-batch", first + second)
+    assert refused.error_code == ErrorCode.invalid_record, refused
+    assert "exactly one record batch per partition" in (refused.error_message or "")
+    zstd = build_batch([Record(0, now_ms(), b"k", b"zstd")], codec=Codec.ZSTD)
+    old = produce(address, "one-batch", zstd, version=6)  # v6 answers carry no message
+    assert old.error_code == ErrorCode.unsupported_compression_type, old
+    stored = produce(address, "one-batch", zstd, version=7)
+    assert (stored.error_code, stored.base_offset) == (ErrorCode.none, 0), stored
+    assert [m.value() for m in read_all(node.bootstrap, "one-batch", 1, 1)] == [b"zstd"]

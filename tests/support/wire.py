@@ -167,11 +167,11 @@ def fetch_frame(topic: str, max_wait: timedelta, partitions: Iterable[int] = (0,
     )
 
 
-def produce(address: tuple[str, int], topic: str, batch: bytes) -> Any:
-    """Produce `batch` (acks=all, v9) to partition 0 of `topic` on a fresh connection; the
-    partition's answer."""
-    body = fill(request_type(ApiKey.PRODUCE, 9), produce_values(topic, batch))
-    return call(address, ApiKey.PRODUCE, 9, body).responses[0].partition_responses[0]
+def produce(address: tuple[str, int], topic: str, batch: bytes, version: int = 9) -> Any:
+    """Produce `batch` (acks=all, v9 unless told) to partition 0 of `topic` on a fresh
+    connection; the partition's answer."""
+    body = fill(request_type(ApiKey.PRODUCE, version), produce_values(topic, batch))
+    return call(address, ApiKey.PRODUCE, version, body).responses[0].partition_responses[0]
 
 
 def init_producer_id(

@@ -6,6 +6,7 @@ closed under it (topic deleted, log dir failed) is never written through a reuse
 from __future__ import annotations
 
 import os
+import resource
 import struct
 import threading
 
@@ -24,6 +25,7 @@ from broker.storage import (
     LogDirFailure,
     LogOffline,
     PendingAppend,
+    RecordTooLarge,
 )
 
 from .logs import LogOpener, batch, consume, offsets_of
@@ -162,3 +164,34 @@ def test_a_future_batch_is_refused_from_its_header_before_it_is_decompressed(
     with pytest.raises(CorruptRecordError):
         log.precheck(_corrupt_zstd_batch_signed(now), now)
     assert log.log_end_offset == 0
+
+
+def test_an_oversized_batch_is_refused_before_it_is_read_through(open_log: LogOpener) -> None:
+    """Sizes first, as Kafka's validation: a batch over `max.message.bytes` is too large
+    whatever its CRC and records (corrupt ones here), on both paths."""
+    log = open_log(LogConfig(segment_bytes=1 << 20, max_message_bytes=200))
+    oversized = _corrupt_zstd_batch_signed(1_700_000_000_000)
+    assert len(oversized) > 200
+    with pytest.raises(RecordTooLarge):
+        log.precheck(oversized, 1_700_000_000_000)
+    with pytest.raises(RecordTooLarge):
+        log.append_as_leader(oversized, leader_epoch=0, now_ms=1_700_000_000_000)
+
+
+def test_without_a_descriptor_to_spare_the_write_happens_at_once(open_log: LogOpener) -> None:
+    """Out of descriptors (the process's limit lowered to the lowest free one, a real EMFILE):
+    the write cannot get a descriptor of its own for its thread, so it happens in the caller's
+    thread as a one-step append does, instead of calling the disk failed."""
+    log = open_log(ROOMY)
+    log.append_as_leader(batch(1), leader_epoch=0, now_ms=0)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    lowest_free = next(fd for fd in range(soft) if not os.path.exists(f"/proc/self/fd/{fd}"))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))
+    try:
+        started = log.start_append(batch(2), leader_epoch=0, now_ms=1)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert isinstance(started, AppendInfo), started
+    assert (started.first_offset, started.last_offset) == (1, 2)
+    assert not log.appending
+    assert offsets_of(log) == [0, 1, 2]
