@@ -25,13 +25,24 @@ def advertisement(handled: Iterable[int]) -> list[tuple[ApiKey, int, int]]:
 class Handler:
     def __init__(self, handled: Callable[[], frozenset[int]]) -> None:
         self._handled = handled
+        self._answers: dict[tuple[int, frozenset[int]], ResponseBody] = {}
+        """Built once per version and set of handlers (every client sends this request first,
+        and building its forty entries cost more than encoding them)."""
 
     async def __call__(self, context: RequestContext, request: Any) -> ResponseBody:
         version = context.header.api_version
+        handled = self._handled()
+        answer = self._answers.get((version, handled))
+        if answer is None:
+            answer = self._answers[version, handled] = self._build(version, handled)
+        return answer
+
+    @staticmethod
+    def _build(version: int, handled: frozenset[int]) -> ResponseBody:
         schema = response_module(ApiKey.API_VERSIONS, version)
         entries = tuple(
             build(schema.ApiVersion, api_key=key, min_version=low, max_version=high)
-            for key, low, high in advertisement(self._handled())
+            for key, low, high in advertisement(handled)
         )
         response: ResponseBody = build(
             schema.ApiVersionsResponse,
