@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker.config import BrokerConfig
-from broker.metadata import ConfigOp, ConfigSource, QuorumController
+from broker.metadata import ConfigOp, ConfigSource, Outcome, QuorumController
 from broker.metadata.broker_configs import (
     BROKER_CONFIGS,
     describe_broker,
@@ -190,18 +190,6 @@ class _Alter:
         responses = []
         for resource in request.resources:
             ops = self._ops(resource)
-            refused = self._other_broker(resource.resource_type, resource.resource_name)
-            if refused is not None:
-                responses.append(
-                    build(
-                        schema.AlterConfigsResourceResponse,
-                        error_code=ErrorCode.invalid_request,
-                        error_message=refused,
-                        resource_type=resource.resource_type,
-                        resource_name=resource.resource_name,
-                    )
-                )
-                continue
 
             def decide(
                 controller: QuorumController, resource: Any = resource, ops: Any = ops
@@ -214,7 +202,11 @@ class _Alter:
                 )
                 return ([] if request.validate_only else records), outcome
 
-            outcome = await self._state.metadata.propose(decide)
+            refused = self._other_broker(resource.resource_type, resource.resource_name)
+            if refused is not None:
+                outcome = Outcome(ErrorCode.invalid_request, refused)
+            else:
+                outcome = await self._state.metadata.propose(decide)
             responses.append(
                 build(
                     schema.AlterConfigsResourceResponse,

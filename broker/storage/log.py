@@ -41,11 +41,11 @@ from .errors import (
     OffsetOutOfRange,
     RecordTooLarge,
 )
+from .files import fsync_file
 from .producer_state import (
     PRODUCER_ID_EXPIRATION_MS,
     BatchMetadata,
     ProducerStateManager,
-    fsync_file,
 )
 from .segments import DELETED_SUFFIX, FileSlice, LogSegment, write_one
 from .validation import check_client_batch, check_max_timestamp, prepare

@@ -316,9 +316,9 @@ class ProducerStateManager:
     def take_snapshot(self, offset: int, *, sync: bool = True) -> Path | None:
         """Write the state as of `offset` (the log end offset, or a new segment's base) unless
         a snapshot of that offset exists: the log before it has not changed since. With
-        `sync=False` the file is not fsynced: the caller does it (`fsync_file`) off its thread,
-        as Kafka's roll does; a crash before then leaves a torn snapshot, which `load` drops
-        for the one before it. Returns the file written, if one was."""
+        `sync=False` the file is not fsynced: the caller does it (`files.fsync_file`) off its
+        thread, as Kafka's roll does; a crash before then leaves a torn snapshot, which `load`
+        drops for the one before it. Returns the file written, if one was."""
         if offset in self._snapshots:
             return None
         path = self.snapshot_path(offset)
@@ -402,18 +402,6 @@ def write_snapshot(path: Path, entries: Iterable[ProducerStateEntry], *, sync: b
         if sync:
             os.fsync(out.fileno())
     os.replace(tmp, path)
-
-
-def fsync_file(path: Path) -> None:
-    """fsync a file written earlier, unless it is gone by now (deleted or replaced)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def read_snapshot(path: Path) -> list[ProducerStateEntry]:

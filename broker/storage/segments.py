@@ -30,6 +30,7 @@ from broker.protocol.records import (
 
 from .config import LogConfig
 from .errors import LogDirFailure
+from .files import fsync_file
 from .indexes import IndexCorrupt, OffsetIndex, TimeIndex
 
 __all__ = [
@@ -482,14 +483,7 @@ class LogSegment:
             finally:
                 os.close(log_fd)
             for path in index_paths:
-                try:
-                    fd = os.open(path, os.O_RDONLY)
-                except FileNotFoundError:
-                    continue
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                fsync_file(path)
 
         return fsync
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -307,6 +308,15 @@ def test_a_topic_deleted_during_a_round_aborts_it_and_its_directory_waits(tmp_pa
 # -- rolled segments are fsynced off the caller's thread ---------------------------------------
 
 
+def _tick_until(manager: LogManager, done: Callable[[], bool], now_ms: int) -> None:
+    """Tick (taking in what the flush thread finished) until `done`, for up to 10 s; whether
+    it came true is left to the caller's assertions."""
+    deadline = time.monotonic() + 10
+    while not done() and time.monotonic() < deadline:
+        manager.tick(now_ms=now_ms)
+        time.sleep(0.01)
+
+
 def _record_fsyncs(
     monkeypatch: pytest.MonkeyPatch, fail_on_flush_thread: bool = False
 ) -> list[tuple[str, str]]:
@@ -337,10 +347,7 @@ def test_a_roll_leaves_the_old_segments_fsync_to_the_flush_thread(
 
     rolled = log.active_segment.log_path.name
     log.roll(now_ms=1)
-    deadline = time.monotonic() + 10
-    while log.recovery_point == 0 and time.monotonic() < deadline:
-        manager.tick(now_ms=2)
-        time.sleep(0.01)
+    _tick_until(manager, lambda: log.recovery_point > 0, now_ms=2)
 
     assert log.recovery_point == 3
     assert [thread for thread, name in seen if name == rolled] == ["log-flush_0"]
@@ -357,10 +364,7 @@ def test_a_failed_background_fsync_takes_the_log_dir_offline(
     _record_fsyncs(monkeypatch, fail_on_flush_thread=True)
 
     log.roll(now_ms=1)
-    deadline = time.monotonic() + 10
-    while ("t", 0) not in manager.offline and time.monotonic() < deadline:
-        manager.tick(now_ms=2)
-        time.sleep(0.01)
+    _tick_until(manager, lambda: ("t", 0) in manager.offline, now_ms=2)
 
     assert "fsync of a rolled segment" in manager.offline[("t", 0)]
     assert tmp_path in manager.offline_dirs
@@ -385,13 +389,11 @@ def _epoch_checkpoint(log: Log) -> list[str]:
 
 
 def _settle(manager: LogManager, log: Log) -> None:
-    deadline = time.monotonic() + 10
-    while log.flusher is not None and time.monotonic() < deadline:
-        manager.tick(now_ms=90)
-        if not log._flushes:
-            return
-        time.sleep(0.01)
-    raise AssertionError("the flush thread did not finish")
+    """Wait for everything queued on the flush thread so far (it runs in order), then let a
+    tick take the finished writes in."""
+    assert log.flusher is not None
+    log.flusher.submit(lambda: None).result(timeout=10)
+    manager.tick(now_ms=90)
 
 
 def test_retention_writes_the_leader_epoch_checkpoint_on_the_flush_thread(
