@@ -267,6 +267,7 @@ class LogManager:
                 )
                 continue
             log.flusher = self._flusher
+            log.producer_state.remove_later = self._remove_later
             self.logs[key] = log
             self._dir_of[key] = log_dir
             self._fd_estimate += len(log.segments)
@@ -349,6 +350,7 @@ class LogManager:
             producer_id_expiration_ms=self.producer_id_expiration_ms,
         )
         log.flusher = self._flusher
+        log.producer_state.remove_later = self._remove_later
         self.logs[key] = log
         self._dir_of[key] = log_dir
         self._fd_estimate += len(log.segments)
@@ -568,6 +570,14 @@ class LogManager:
     def pending_deletions(self) -> int:
         return sum(len(p.segments) + (p.directory is not None) for p in self._pending)
 
+    def _remove_later(self, paths: list[Path]) -> None:
+        """Remove files no longer needed on the deletion thread (at once without one)."""
+        if self._deleter is None:
+            for path in paths:
+                path.unlink(missing_ok=True)
+            return
+        self._deleter.submit(_remove_quietly, paths)
+
     def _finish_deletion(self, pending: _PendingDeletion) -> None:
         """Close the segments now and remove their files, on the deletion thread when there is
         one: unlinking a large file waits for the filesystem to free its blocks, 100 ms and
@@ -576,11 +586,7 @@ class LogManager:
         directory = pending.directory
 
         def remove() -> None:
-            for path in paths:
-                try:
-                    path.unlink(missing_ok=True)
-                except OSError as exc:
-                    logger.warning("could not remove %s: %s", path, exc)
+            _remove_quietly(paths)
             if directory is not None:
                 shutil.rmtree(directory, ignore_errors=True)
 
@@ -639,3 +645,11 @@ class LogManager:
             done.result()
         else:
             self._checkpoint_writes.append((done, log_dir))
+
+
+def _remove_quietly(paths: list[Path]) -> None:
+    for path in paths:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            logger.warning("could not remove %s: %s", path, exc)

@@ -237,6 +237,8 @@ class ProducerStateManager:
             for m in (_SNAPSHOT_FILE.match(p.name) for p in directory.iterdir())
             if m is not None
         )
+        self.remove_later: Callable[[list[Path]], None] | None = None
+        """Removes retired snapshot files elsewhere (the log manager's deletion thread)."""
 
     # -- a leader's checks and every append's update --------------------------------------------
 
@@ -328,9 +330,18 @@ class ProducerStateManager:
         return path
 
     def delete_snapshots_before(self, offset: int) -> None:
-        """Retention: snapshots of offsets below the log start describe data no longer there."""
-        for snapshot in [s for s in self._snapshots if s < offset]:
-            self._delete_snapshot(snapshot)
+        """Retention: snapshots of offsets below the log start describe data no longer there.
+        They leave the state at once; their files are removed by `remove_later` when the log
+        manager set it (its deletion thread: an unlink waits for a busy disk's journal, 60 ms
+        and more on the event loop under a produce flood), else here."""
+        doomed = [s for s in self._snapshots if s < offset]
+        if self.remove_later is None:
+            for snapshot in doomed:
+                self._delete_snapshot(snapshot)
+            return
+        for snapshot in doomed:
+            self._snapshots.remove(snapshot)
+        self.remove_later([self.snapshot_path(s) for s in doomed])
 
     def load(
         self,

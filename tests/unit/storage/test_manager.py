@@ -412,6 +412,37 @@ def test_retention_writes_the_leader_epoch_checkpoint_on_the_flush_thread(
     manager.shutdown(now_ms=104)
 
 
+def test_retention_removes_producer_snapshots_on_the_deletion_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The producer snapshots below the new log start go with their segments, unlinked on the
+    deletion thread: under a produce flood an unlink on the event loop waited 60 ms and more
+    for the disk's journal. Those at or above the log start stay."""
+    manager, log = _retained_log(tmp_path)
+    removed: list[tuple[str, str]] = []
+    unlink = Path.unlink
+
+    def spy(path: Path, missing_ok: bool = False) -> None:
+        if path.suffix == ".snapshot":
+            removed.append((threading.current_thread().name, path.name))
+        unlink(path, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", spy)
+    manager.tick(now_ms=100)
+    start = log.log_start_offset
+    assert start > 0
+
+    def below_start() -> list[str]:
+        return [p.name for p in log.directory.glob("*.snapshot") if int(p.stem) < start]
+
+    _tick_until(manager, lambda: not below_start(), now_ms=101)
+    assert not below_start()
+    assert removed
+    assert {thread for thread, _ in removed} == {"log-delete_0"}
+    assert any(int(p.stem) >= start for p in log.directory.glob("*.snapshot"))
+    manager.shutdown(now_ms=104)
+
+
 def test_a_queued_epoch_checkpoint_never_overwrites_a_newer_one(tmp_path: Path) -> None:
     """Retention's checkpoint waits on the flush thread (held here behind a gate) while a new
     leader epoch is written at once: the older write, landing last, must not undo it."""
