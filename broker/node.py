@@ -13,6 +13,7 @@ import dataclasses
 import logging
 import signal
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from broker.compaction import run_cleaner
@@ -276,16 +277,19 @@ class Node:
         if self.metadata is not None:
             self.metadata.close()
 
-    async def run_until_signalled(self) -> None:
-        """Start, serve until SIGTERM or SIGINT, then stop cleanly. The signals are caught
-        from before the start: one that arrives while the logs recover (a pod deleted during
-        a slow start) lets the start finish and then stops the node cleanly, instead of
-        killing it with its logs half-loaded and no clean-shutdown marker written."""
+    async def run_until_signalled(self, started: Callable[[], None] | None = None) -> None:
+        """Start, call `started` once it serves, serve until SIGTERM or
+        SIGINT, then stop cleanly. The signals are caught from before the start: one that
+        arrives while the logs recover (a pod deleted during a slow start) lets the start
+        finish and then stops the node cleanly, instead of killing it with its logs
+        half-loaded and no clean-shutdown marker written."""
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         bound = await self.start()
+        if started is not None:
+            started()
         for listener in bound:
             log.info(
                 "node %d serving %s on port %d", self.config.node_id, listener.name, listener.port

@@ -8,11 +8,11 @@ import uuid
 from collections import Counter
 from typing import Any
 
-from broker.metadata import Outcome, QuorumController, TopicRequest
+from broker.metadata import Outcome, QuorumController, TopicRequest, TopicResult
 from broker.protocol import ApiKey, ErrorCode, ResponseBody, build, response_module
 from broker.server import RequestContext
 
-from .context import NO_THROTTLE, NodeState
+from .context import NO_THROTTLE, NodeState, in_turns
 
 __all__ = ["CreatePartitions", "CreateTopics", "DeleteTopics"]
 
@@ -24,16 +24,7 @@ class CreateTopics:
     async def __call__(self, context: RequestContext, request: Any) -> ResponseBody:
         version = context.header.api_version
         schema = response_module(ApiKey.CREATE_TOPICS, version)
-        wanted = [
-            TopicRequest(
-                name=t.name,
-                num_partitions=t.num_partitions,
-                replication_factor=t.replication_factor,
-                assignments={a.partition_index: tuple(a.broker_ids) for a in t.assignments},
-                configs={c.name: c.value for c in t.configs},
-            )
-            for t in request.topics
-        ]
+        wanted = await in_turns(_topic_request, request.topics)
         validate_only = getattr(request, "validate_only", False)
 
         def decide(controller: QuorumController) -> tuple[list[Any], list[Any]]:
@@ -41,8 +32,9 @@ class CreateTopics:
             return ([] if validate_only else records), results
 
         results = await self._state.metadata.propose(decide)
-        topics = []
-        for request_topic, result in zip(wanted, results, strict=True):
+
+        def answer(pair: tuple[TopicRequest, TopicResult]) -> Any:
+            request_topic, result = pair
             configs = None
             if result.ok and version >= 5:
                 configs = tuple(
@@ -56,19 +48,19 @@ class CreateTopics:
                     )
                     for c in self._resolved(request_topic)
                 )
-            topics.append(
-                build(
-                    schema.CreatableTopicResult,
-                    name=result.name,
-                    topic_id=result.topic_id,
-                    error_code=result.error,
-                    error_message=result.message,
-                    topic_config_error_code=0,
-                    num_partitions=result.num_partitions,
-                    replication_factor=result.replication_factor,
-                    configs=configs,
-                )
+            return build(
+                schema.CreatableTopicResult,
+                name=result.name,
+                topic_id=result.topic_id,
+                error_code=result.error,
+                error_message=result.message,
+                topic_config_error_code=0,
+                num_partitions=result.num_partitions,
+                replication_factor=result.replication_factor,
+                configs=configs,
             )
+
+        topics = await in_turns(answer, zip(wanted, results, strict=True))
         response: ResponseBody = build(
             schema.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics)
         )
@@ -78,6 +70,16 @@ class CreateTopics:
         return self._state.metadata.resolved_topic_configs(
             {k: v for k, v in topic.configs.items() if v is not None}
         )
+
+
+def _topic_request(topic: Any) -> TopicRequest:
+    return TopicRequest(
+        name=topic.name,
+        num_partitions=topic.num_partitions,
+        replication_factor=topic.replication_factor,
+        assignments={a.partition_index: tuple(a.broker_ids) for a in topic.assignments},
+        configs={c.name: c.value for c in topic.configs},
+    )
 
 
 class DeleteTopics:
@@ -96,18 +98,20 @@ class DeleteTopics:
         results = refused + await self._state.metadata.propose(
             lambda controller: controller.delete_topics(names, ids)
         )
-        responses = tuple(
-            build(
+
+        def answer(deletion: Deletion) -> Any:
+            name, topic_id, outcome = deletion
+            return build(
                 schema.DeletableTopicResult,
                 name=name,
                 topic_id=topic_id,
                 error_code=outcome.error,
                 error_message=outcome.message,
             )
-            for name, topic_id, outcome in results
-        )
+
+        responses = await in_turns(answer, results)
         response: ResponseBody = build(
-            schema.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=responses
+            schema.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=tuple(responses)
         )
         return response
 
@@ -171,15 +175,17 @@ class CreatePartitions:
             return ([] if request.validate_only else records), outcomes
 
         outcomes = await self._state.metadata.propose(decide)
-        results = [
-            build(
+
+        def answer(pair: tuple[tuple[str, Any, Any], Outcome]) -> Any:
+            (name, _, _), outcome = pair
+            return build(
                 schema.CreatePartitionsTopicResult,
                 name=name,
                 error_code=outcome.error,
                 error_message=outcome.message,
             )
-            for (name, _, _), outcome in zip(wanted, outcomes, strict=True)
-        ]
+
+        results = await in_turns(answer, zip(wanted, outcomes, strict=True))
         response: ResponseBody = build(
             schema.CreatePartitionsResponse, throttle_time=NO_THROTTLE, results=tuple(results)
         )

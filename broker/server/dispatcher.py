@@ -9,9 +9,10 @@ acks=0, which expects no answer, closes the connection. Either way every other c
 keeps being served.
 
 A request frame of `OFF_LOOP_BYTES` or more is decoded, and its answer encoded, on a thread, so
-that the event loop serves others meanwhile (the codec is pure Python and holds the GIL, but
-Python hands it back to the loop every 5 ms): a CreateTopics of 1000 topics took 4 ms to decode
-and 9 ms to answer. Produce is left out: its bulk is record bytes the codec takes as they are.
+that the event loop serves others meanwhile (the codec holds the GIL, but Python hands it back
+to the loop every millisecond, `broker.cli`): a CreateTopics of 1000 topics (22 KB) took 14 ms
+of the loop to check, decode, handle and answer, 6 ms once checked, decoded and encoded on a
+thread. Produce is left out: its bulk is record bytes the codec takes as they are.
 
 An `observer` (the metrics) sees every decoded request once it is answered: the request, the
 response body (None when nothing is sent) and the nanoseconds from decode to encoded response.
@@ -54,7 +55,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-OFF_LOOP_BYTES = 64 * 1024
+OFF_LOOP_BYTES = 16 * 1024
 """Requests this large (but Produce) are decoded and answered on a thread."""
 _PRODUCE_KEY = struct.pack(">h", ApiKey.PRODUCE)
 
