@@ -278,11 +278,11 @@ class Node:
             self.metadata.close()
 
     async def run_until_signalled(self, started: Callable[[], None] | None = None) -> None:
-        """Start, call `started` once it serves, serve until SIGTERM or
-        SIGINT, then stop cleanly. The signals are caught from before the start: one that
-        arrives while the logs recover (a pod deleted during a slow start) lets the start
-        finish and then stops the node cleanly, instead of killing it with its logs
-        half-loaded and no clean-shutdown marker written."""
+        """Start, call `started` once it serves, serve until SIGTERM or SIGINT, then stop
+        cleanly. The signals are caught from before the start: one that arrives while the logs
+        recover (a pod deleted during a slow start) lets the start finish and then stops the
+        node cleanly, instead of killing it with its logs half-loaded and no clean-shutdown
+        marker written."""
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):

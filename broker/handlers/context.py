@@ -18,9 +18,6 @@ from broker.metadata import TopicRequest
 from broker.protocol.errors import ErrorCode
 from broker.replica import ReplicaManager
 
-T = TypeVar("T")
-R = TypeVar("R")
-
 __all__ = [
     "AUTHORIZED_OPERATIONS_OMITTED",
     "CLUSTER_OPERATIONS",
@@ -61,6 +58,9 @@ OFFSETS_TOPIC_SEGMENT_BYTES = 104_857_600
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+R = TypeVar("R")
+
 ITEMS_PER_TURN = 100
 """Items (topics, partitions) a handler turns into Python objects per turn of the event loop
 when a request carries many: 100 topics of a CreateTopics cost about 1 ms, and a request of
@@ -70,7 +70,7 @@ when a request carries many: 100 topics of a CreateTopics cost about 1 ms, and a
 async def in_turns(function: Callable[[T], R], items: Iterable[T]) -> list[R]:
     """`[function(item) for item in items]`, handing the event loop to the other clients
     after every `ITEMS_PER_TURN` items."""
-    results = []
+    results: list[R] = []
     for number, item in enumerate(items, 1):
         results.append(function(item))
         if number % ITEMS_PER_TURN == 0:

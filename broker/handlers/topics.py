@@ -32,11 +32,18 @@ class CreateTopics:
             return ([] if validate_only else records), results
 
         results = await self._state.metadata.propose(decide)
+        # Each created topic's configs as the node resolves them right after the commit, all
+        # read before the answer is built in turns (a config change meanwhile would otherwise
+        # answer some topics with the old defaults and others with the new).
+        resolved = [
+            self._resolved(request_topic) if result.ok and version >= 5 else None
+            for request_topic, result in zip(wanted, results, strict=True)
+        ]
 
-        def answer(pair: tuple[TopicRequest, TopicResult]) -> Any:
-            request_topic, result = pair
+        def answer(pair: tuple[TopicResult, list[Any] | None]) -> Any:
+            result, topic_configs = pair
             configs = None
-            if result.ok and version >= 5:
+            if topic_configs is not None:
                 configs = tuple(
                     build(
                         schema.CreatableTopicConfigs,
@@ -46,7 +53,7 @@ class CreateTopics:
                         config_source=int(c.source),
                         is_sensitive=False,
                     )
-                    for c in self._resolved(request_topic)
+                    for c in topic_configs
                 )
             return build(
                 schema.CreatableTopicResult,
@@ -60,7 +67,7 @@ class CreateTopics:
                 configs=configs,
             )
 
-        topics = await in_turns(answer, zip(wanted, results, strict=True))
+        topics = await in_turns(answer, zip(results, resolved, strict=True))
         response: ResponseBody = build(
             schema.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics)
         )

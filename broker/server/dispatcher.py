@@ -8,11 +8,13 @@ that caused it, and answered with that API's error response (UNKNOWN_SERVER_ERRO
 acks=0, which expects no answer, closes the connection. Either way every other connection
 keeps being served.
 
-A request frame of `OFF_LOOP_BYTES` or more is decoded, and its answer encoded, on a thread, so
-that the event loop serves others meanwhile (the codec holds the GIL, but Python hands it back
-to the loop every millisecond, `broker.cli`): a CreateTopics of 1000 topics (22 KB) took 14 ms
-of the loop to check, decode, handle and answer, 6 ms once checked, decoded and encoded on a
-thread. Produce is left out: its bulk is record bytes the codec takes as they are.
+A request frame of `OFF_LOOP_BYTES` or more is decoded, and its answer encoded, on a thread of
+the codec's own (`CODEC_THREADS`, so that it never queues behind appends or a cleaning round
+on asyncio's default executor), and the event loop serves others meanwhile: the codec holds
+the GIL, but the `gregor` process has Python hand it back every millisecond (`broker.cli`). A
+CreateTopics of 1000 topics (22 KB) took 14 ms of the loop to check, decode, handle and
+answer; 6 ms once checked, decoded and encoded on a thread. Produce is left out: its bulk is
+record bytes the codec takes as they are.
 
 An `observer` (the metrics) sees every decoded request once it is answered: the request, the
 response body (None when nothing is sent) and the nanoseconds from decode to encoded response.
@@ -25,6 +27,7 @@ import logging
 import struct
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +61,10 @@ log = logging.getLogger(__name__)
 OFF_LOOP_BYTES = 16 * 1024
 """Requests this large (but Produce) are decoded and answered on a thread."""
 _PRODUCE_KEY = struct.pack(">h", ApiKey.PRODUCE)
+CODEC_THREADS = 2
+"""Threads that decode and encode large requests, shared by every connection of the process
+(the codec holds the GIL, so more would not run at once)."""
+_codec = ThreadPoolExecutor(CODEC_THREADS, thread_name_prefix="codec")
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +134,7 @@ class Dispatcher:
         off_loop = len(frame) >= OFF_LOOP_BYTES and frame[:2] != _PRODUCE_KEY
         try:
             request = (
-                await asyncio.to_thread(decode_request, frame)
+                await asyncio.get_running_loop().run_in_executor(_codec, decode_request, frame)
                 if off_loop
                 else (decode_request(frame))
             )
@@ -161,7 +168,8 @@ class Dispatcher:
                 )
                 body = self._error_body(request, exc)
             if off_loop:
-                return await asyncio.to_thread(_encode, request.header, body)
+                loop = asyncio.get_running_loop()
+                return await loop.run_in_executor(_codec, _encode, request.header, body)
             return _encode(request.header, body)
         finally:
             if self.observer is not None:
