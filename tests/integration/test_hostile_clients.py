@@ -89,9 +89,10 @@ SETTINGS = {
 P99_LIMIT_MS = 100.0
 """Issue 11's figure. Measured on this 2-core VM with ADR 0010's changes, fifteen runs of the
 suite: the highest p99 of any scenario in any run was 75 ms (CreateTopics, once; otherwise
-29 ms at most), then 51 ms (1000 parked fetches) and 46 ms (the produce flood). Before them, single stalls of the whole loop of 100-180 ms
-put a p99 over the limit in some runs (full collections walking every object of the process,
-5 ms turns of the GIL, a 1000-topic CreateTopics handled in one 14 ms turn)."""
+29 ms at most), then 51 ms (1000 parked fetches) and 46 ms (the produce flood). Before them,
+single stalls of the whole loop of 100-180 ms put a p99 over the limit in some runs (full
+collections walking every object of the process, 5 ms turns of the GIL, a 1000-topic
+CreateTopics handled in one 14 ms turn)."""
 
 PER_CONNECTION_BYTES = 10 * KiB
 """Resident memory one client connection costs the broker, rounded up from measurements on
