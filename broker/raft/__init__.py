@@ -1,0 +1,36 @@
+"""KRaft's Raft, sans-io: the core of the metadata quorum (`RaftNode`), the log it keeps and
+the messages its members exchange. No sockets, clocks or event loop here: a driver feeds it
+messages and time and carries out its `Ready`."""
+
+from .log import RaftLog
+from .messages import (
+    BeginQuorumEpoch,
+    Diverging,
+    EndQuorumEpoch,
+    Entry,
+    Fetch,
+    FetchReply,
+    Message,
+    Vote,
+    VoteReply,
+)
+from .node import ElectionState, NotLeader, QuorumTimeouts, RaftNode, Ready, Role
+
+__all__ = [
+    "BeginQuorumEpoch",
+    "Diverging",
+    "ElectionState",
+    "EndQuorumEpoch",
+    "Entry",
+    "Fetch",
+    "FetchReply",
+    "Message",
+    "NotLeader",
+    "QuorumTimeouts",
+    "RaftLog",
+    "RaftNode",
+    "Ready",
+    "Role",
+    "Vote",
+    "VoteReply",
+]

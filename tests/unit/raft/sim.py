@@ -1,0 +1,209 @@
+"""A seeded simulation of a metadata quorum: Raft nodes on a network that drops, duplicates,
+delays (and so reorders) messages, cuts links, and crashes and restarts nodes from their disks.
+
+Everything random comes from one seed, so a schedule replays exactly. After every step the
+simulation checks Raft's safety properties and fails with the seed and the time:
+- at most one leader per epoch;
+- an entry once committed (below some node's high watermark) is never changed or lost:
+  every node's committed prefix is a prefix of one history;
+- a node's disk holds exactly its log, and its election state before it sends what depends on
+  it (a vote, an acknowledgement).
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass, field
+
+from broker.raft import ElectionState, Entry, Message, QuorumTimeouts, RaftNode, Role
+
+TICK_MS = 10
+
+
+class SafetyViolation(AssertionError):
+    pass
+
+
+@dataclass
+class Disk:
+    election: ElectionState = field(default_factory=ElectionState)
+    entries: list[Entry] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Faults:
+    drop: float = 0.05
+    duplicate: float = 0.02
+    min_delay_ms: int = 1
+    max_delay_ms: int = 40
+    crash_every_ms: int = 4000
+    """On average; 0: never."""
+    partition_every_ms: int = 3000
+    """On average, a random link cut or healed; 0: never."""
+
+
+class Simulation:
+    def __init__(
+        self,
+        seed: int,
+        *,
+        voters: int = 3,
+        observers: int = 0,
+        faults: Faults = Faults(),
+        timeouts: QuorumTimeouts | None = None,
+    ) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.now = 0
+        self.faults = faults
+        self.timeouts = timeouts or QuorumTimeouts()
+        self.voter_ids = list(range(1, voters + 1))
+        self.ids = self.voter_ids + list(range(voters + 1, voters + observers + 1))
+        self.disks = {node: Disk() for node in self.ids}
+        self.nodes: dict[int, RaftNode | None] = {}
+        self.cut: set[frozenset[int]] = set()
+        self.queue: list[tuple[int, int, int, Message]] = []
+        self._sequence = 0
+        self.history: list[Entry] = []
+        """The committed entries, as far as any node has committed."""
+        self.leaders: dict[int, int] = {}
+        self.proposed = 0
+        for node in self.ids:
+            self.start(node)
+
+    # -- nodes ------------------------------------------------------------------------------
+
+    def start(self, node: int) -> None:
+        disk = self.disks[node]
+        self.nodes[node] = RaftNode(
+            node,
+            self.voter_ids,
+            election=disk.election,
+            entries=list(disk.entries),
+            timeouts=self.timeouts,
+            rng=random.Random(self.rng.random()),
+            now_ms=self.now,
+        )
+
+    def crash(self, node: int) -> None:
+        self.nodes[node] = None
+
+    def live(self) -> list[RaftNode]:
+        return [n for n in self.nodes.values() if n is not None]
+
+    def leader(self) -> RaftNode | None:
+        leaders = [n for n in self.live() if n.role is Role.LEADER]
+        return max(leaders, key=lambda n: n.epoch) if leaders else None
+
+    # -- running ----------------------------------------------------------------------------
+
+    def run(
+        self, duration_ms: int, *, faults: bool = True, propose_every_ms: int | None = 50
+    ) -> None:
+        """Advance time by ticks of `TICK_MS`: deliver what is due, tick every node, propose an
+        entry at the leader every `propose_every_ms` (None: never), and inject faults."""
+        end = self.now + duration_ms
+        next_proposal = self.now
+        while self.now < end:
+            self.now += TICK_MS
+            self._deliver_due()
+            for node in self.live():
+                node.tick(self.now)
+                self._carry_out(node)
+            if propose_every_ms is not None and self.now >= next_proposal:
+                self._propose()
+                next_proposal = self.now + propose_every_ms
+            if faults:
+                self._maybe_fault()
+
+    def heal(self) -> None:
+        self.cut.clear()
+        for node, raft in self.nodes.items():
+            if raft is None:
+                self.start(node)
+
+    def _propose(self) -> None:
+        leader = self.leader()
+        if leader is None:
+            return
+        self.proposed += 1
+        leader.propose([f"{self.seed}:{self.proposed}".encode()], self.now)
+        self._carry_out(leader)
+
+    def _deliver_due(self) -> None:
+        while self.queue and self.queue[0][0] <= self.now:
+            _, _, to, message = heapq.heappop(self.queue)
+            node = self.nodes.get(to)
+            if node is None:
+                continue
+            node.step(message, self.now)
+            self._carry_out(node)
+
+    def _carry_out(self, node: RaftNode) -> None:
+        ready = node.ready()
+        disk = self.disks[node.id]
+        if ready.election is not None:
+            disk.election = ready.election
+        if ready.truncate_to is not None:
+            del disk.entries[ready.truncate_to :]
+        if ready.entries:
+            if ready.append_from != len(disk.entries):
+                self._fail(
+                    f"node {node.id} appends at {ready.append_from}, its disk ends at "
+                    f"{len(disk.entries)}"
+                )
+            disk.entries.extend(ready.entries)
+        for to, message in ready.messages:
+            self._send(node.id, to, message)
+        if ready.high_watermark is not None:
+            self._commit(node, ready.high_watermark)
+        node.advance(self.now)
+        if node.role is Role.LEADER:
+            known = self.leaders.setdefault(node.epoch, node.id)
+            if known != node.id:
+                self._fail(f"two leaders in epoch {node.epoch}: {known} and {node.id}")
+        if tuple(disk.entries) != node.log.read(0, node.log.end_offset):
+            self._fail(f"node {node.id}'s disk differs from its log")
+        # Whatever `advance` made ready (the leader's own commit) is carried out next turn.
+
+    def _commit(self, node: RaftNode, high_watermark: int) -> None:
+        committed = node.log.read(0, high_watermark)
+        shared = min(len(committed), len(self.history))
+        if list(committed[:shared]) != self.history[:shared]:
+            first = next(i for i in range(shared) if committed[i] != self.history[i])
+            self._fail(
+                f"node {node.id} committed {committed[first]} at offset {first}, where "
+                f"{self.history[first]} was committed before"
+            )
+        if len(committed) > len(self.history):
+            self.history.extend(committed[len(self.history) :])
+
+    def _send(self, sender: int, to: int, message: Message) -> None:
+        if frozenset((sender, to)) in self.cut:
+            return
+        faults = self.faults
+        copies = 1
+        if self.rng.random() < faults.drop:
+            copies = 0
+        elif self.rng.random() < faults.duplicate:
+            copies = 2
+        for _ in range(copies):
+            delay = self.rng.randint(faults.min_delay_ms, faults.max_delay_ms)
+            self._sequence += 1
+            heapq.heappush(self.queue, (self.now + delay, self._sequence, to, message))
+
+    def _maybe_fault(self) -> None:
+        faults = self.faults
+        if faults.crash_every_ms and self.rng.random() < TICK_MS / faults.crash_every_ms:
+            node = self.rng.choice(self.ids)
+            if self.nodes[node] is None:
+                self.start(node)
+            else:
+                self.crash(node)
+        if faults.partition_every_ms and self.rng.random() < TICK_MS / faults.partition_every_ms:
+            a, b = self.rng.sample(self.ids, 2)
+            self.cut ^= {frozenset((a, b))}
+
+    def _fail(self, what: str) -> None:
+        raise SafetyViolation(f"seed {self.seed}, at {self.now} ms: {what}")
