@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import heapq
 import random
+from collections.abc import Callable
 
-from broker.raft import ElectionState, QuorumTimeouts, RaftNode, Role, Vote, VoteReply
+from broker.raft import (
+    ElectionState,
+    Fetch,
+    FetchReply,
+    Message,
+    QuorumTimeouts,
+    RaftNode,
+    Role,
+    Vote,
+    VoteReply,
+)
 
 from .sim import Faults, Simulation
 
@@ -80,3 +92,94 @@ def test_a_returning_leader_drops_its_uncommitted_tail() -> None:
     assert old.log.read(0, old.log.end_offset) == new.log.read(0, new.log.end_offset)
     committed = [entry.payload for entry in sim.history]
     assert not [p for p in committed if p.startswith(b"stranded-")], stranded
+
+
+class _Scripted(Simulation):
+    """The simulation's nodes, disks and checks, with a network that delivers at once what
+    `allow` lets through and time that moves only when the script says so."""
+
+    def __init__(self, voters: int) -> None:
+        super().__init__(
+            0, voters=voters, faults=QUIET, timeouts=QuorumTimeouts(fetch_max_entries=1)
+        )
+        self.allow: Callable[[int, int, Message], bool] = lambda sender, to, message: True
+
+    def _send(self, sender: int, to: int, message: Message) -> None:
+        if self.allow(sender, to, message):
+            self._sequence += 1
+            heapq.heappush(self.queue, (self.now + 1, self._sequence, to, message))
+
+    def pump(self) -> None:
+        while self.queue:
+            self.now += 1
+            self._deliver_due()
+
+    def elect(self, node: int) -> RaftNode:
+        raft = self.nodes[node]
+        assert raft is not None
+        for _ in range(5):
+            self.now += 3 * TIMEOUTS.election_ms
+            raft.tick(self.now)
+            self._carry_out(raft)
+            self.pump()
+            if raft.role is Role.LEADER:
+                return raft
+        raise AssertionError(f"node {node} was not elected: {raft.role}, epoch {raft.epoch}")
+
+
+def _links(*nodes: int) -> Callable[[int, int, Message], bool]:
+    return lambda sender, to, message: sender in nodes and to in nodes
+
+
+def test_a_leader_commits_nothing_of_an_older_epoch_by_counting_replicas() -> None:
+    """Raft's "figure 8", which random schedules do not build: an entry of an old epoch that
+    a later leader copies to a majority is not committed by that count alone, or the leader
+    after it may overwrite it. Here X (epoch 1) ends up on S1, S2 and S3 under S1's epoch 3,
+    but S1's own epoch-3 entry reaches nobody; S5, elected after S1 crashes, overwrites X."""
+    sim = _Scripted(voters=5)
+    s1 = sim.elect(1)
+    s1.propose([b"before"], sim.now)
+    sim._carry_out(s1)
+    sim.pump()
+    k = s1.log.end_offset
+    # (a) X reaches S2 only.
+    sim.allow = _links(1, 2)
+    s1.propose([b"X"], sim.now)
+    sim._carry_out(s1)
+    sim.pump()
+    sim.crash(1)
+    # (b) S5 wins epoch 2 with S3 and S4, and its first entry (at k, where X is) reaches nobody.
+    sim.allow = lambda sender, to, message: (
+        sender in (3, 4, 5) and to in (3, 4, 5) and not isinstance(message, (Fetch, FetchReply))
+    )
+    s5 = sim.elect(5)
+    assert s5.log[k].epoch == s5.epoch
+    sim.crash(5)
+    # (c) S1 comes back and wins epoch 3 with S2 and S3; X reaches S3, S1's epoch-3 entry
+    # reaches no one. X is on a majority (S1, S2, S3) and must still not be committed.
+    sim.start(1)
+    sim.allow = lambda sender, to, message: (
+        sender in (1, 2, 3)
+        and to in (1, 2, 3)
+        and not (isinstance(message, FetchReply) and any(e.epoch > 1 for e in message.entries))
+    )
+    s1 = sim.elect(1)
+    assert [node.log[k].payload for node in (s1, sim.nodes[2], sim.nodes[3]) if node] == [b"X"] * 3
+    assert s1.high_watermark <= k, "X was committed by counting the replicas of an old epoch"
+    sim.crash(1)
+    # (d) S5 comes back and wins with S2, S3 and S4: X is overwritten, which is safe only
+    # because it was never committed (the simulation's checks fail otherwise).
+    sim.start(5)
+    sim.allow = _links(2, 3, 4, 5)
+    s5 = sim.elect(5)
+    s5.propose([b"after"], sim.now)
+    sim._carry_out(s5)
+    sim.pump()
+    sim.now += 1
+    for node in sim.live():
+        node.tick(sim.now)
+        sim._carry_out(node)
+    sim.pump()
+    payloads = [entry.payload for entry in sim.history]
+    assert b"X" not in payloads
+    assert payloads[-1] == b"after"
