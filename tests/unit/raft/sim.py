@@ -8,6 +8,9 @@ simulation checks Raft's safety properties and fails with the seed and the time:
   every node's committed prefix is a prefix of one history;
 - a node's disk holds exactly its log, and its election state before it sends what depends on
   it (a vote, an acknowledgement).
+
+Crashes happen between steps, and also in the middle of carrying out a `Ready`
+(`Faults.crash_within_ready`), where a real driver may die between its writes.
 """
 
 from __future__ import annotations
@@ -41,6 +44,10 @@ class Faults:
     """On average; 0: never."""
     partition_every_ms: int = 3000
     """On average, a random link cut or healed; 0: never."""
+    crash_within_ready: float = 0.005
+    """The chance that a node crashes while its driver carries out a `Ready`: after the
+    election state is persisted, after a prefix of the entries is written (a torn write), or
+    after some of the messages are sent."""
 
 
 class Simulation:
@@ -143,8 +150,14 @@ class Simulation:
     def _carry_out(self, node: RaftNode) -> None:
         ready = node.ready()
         disk = self.disks[node.id]
+        crash_at = None
+        if ready and self.rng.random() < self.faults.crash_within_ready:
+            crash_at = self.rng.choice(("election", "entries", "messages"))
         if ready.election is not None:
             disk.election = ready.election
+        if crash_at == "election":
+            self.crash(node.id)
+            return
         if ready.truncate_to is not None:
             del disk.entries[ready.truncate_to :]
         if ready.entries:
@@ -153,9 +166,19 @@ class Simulation:
                     f"node {node.id} appends at {ready.append_from}, its disk ends at "
                     f"{len(disk.entries)}"
                 )
+            if crash_at == "entries":
+                disk.entries.extend(ready.entries[: self.rng.randrange(len(ready.entries))])
+                self.crash(node.id)
+                return
             disk.entries.extend(ready.entries)
-        for to, message in ready.messages:
+        sent = len(ready.messages)
+        if crash_at == "messages":
+            sent = self.rng.randrange(sent + 1)
+        for to, message in ready.messages[:sent]:
             self._send(node.id, to, message)
+        if crash_at == "messages":
+            self.crash(node.id)
+            return
         if ready.high_watermark is not None:
             self._commit(node, ready.high_watermark)
         node.advance(self.now)

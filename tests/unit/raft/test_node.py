@@ -20,7 +20,7 @@ from broker.raft import (
 
 from .sim import Faults, Simulation
 
-QUIET = Faults(drop=0, duplicate=0, crash_every_ms=0, partition_every_ms=0)
+QUIET = Faults(drop=0, duplicate=0, crash_every_ms=0, partition_every_ms=0, crash_within_ready=0)
 TIMEOUTS = QuorumTimeouts()
 
 
