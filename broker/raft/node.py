@@ -38,6 +38,7 @@ import enum
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from .log import RaftLog
 from .messages import (
@@ -53,6 +54,8 @@ from .messages import (
 )
 
 __all__ = ["ElectionState", "NotLeader", "QuorumTimeouts", "RaftNode", "Ready", "Role"]
+
+_Why = Literal["entries", "deadline", "all"]
 
 
 class Role(enum.Enum):
@@ -365,33 +368,13 @@ class RaftNode:
     def _on_fetch(self, request: Fetch, now_ms: int) -> None:
         if self.role is not Role.LEADER or request.epoch != self.epoch:
             leader = None if self.role is Role.RESIGNED else self.leader
-            self._send(
-                request.sender,
-                FetchReply(
-                    self.id,
-                    self.epoch,
-                    leader,
-                    self.high_watermark,
-                    request.fetch_offset,
-                    rejected=True,
-                ),
-            )
+            self._reply_to_fetch(request, leader, rejected=True)
             return
         if request.sender in self.voters:
             self._last_fetch[request.sender] = now_ms
         diverging = self._divergence(request)
         if diverging is not None:
-            self._send(
-                request.sender,
-                FetchReply(
-                    self.id,
-                    self.epoch,
-                    self.id,
-                    self.high_watermark,
-                    request.fetch_offset,
-                    diverging=diverging,
-                ),
-            )
+            self._reply_to_fetch(request, self.id, diverging=diverging)
             return
         if request.sender in self.voters:
             known = self._acknowledged.get(request.sender, 0)
@@ -413,19 +396,30 @@ class RaftNode:
     def _answer_fetch(self, request: Fetch) -> None:
         self._parked.pop(request.sender, None)
         entries = self.log.read(request.fetch_offset, self._timeouts.fetch_max_entries)
-        self._send(
-            request.sender,
-            FetchReply(
-                self.id,
-                self.epoch,
-                self.id,
-                self.high_watermark,
-                request.fetch_offset,
-                entries=entries,
-            ),
-        )
+        self._reply_to_fetch(request, self.id, entries=entries)
 
-    def _answer_parked(self, now_ms: int, *, why: str) -> None:
+    def _reply_to_fetch(
+        self,
+        request: Fetch,
+        leader: int | None,
+        *,
+        entries: tuple[Entry, ...] = (),
+        diverging: Diverging | None = None,
+        rejected: bool = False,
+    ) -> None:
+        reply = FetchReply(
+            self.id,
+            self.epoch,
+            leader,
+            self.high_watermark,
+            request.fetch_offset,
+            entries=entries,
+            diverging=diverging,
+            rejected=rejected,
+        )
+        self._send(request.sender, reply)
+
+    def _answer_parked(self, now_ms: int, *, why: _Why) -> None:
         """Answer the parked fetches that have entries now ("entries"), also those whose wait
         is over ("deadline"), or all of them: the high watermark moved ("all")."""
         for request, deadline in list(self._parked.values()):

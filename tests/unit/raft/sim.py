@@ -117,7 +117,7 @@ class Simulation:
             self._deliver_due()
             for node in self.live():
                 node.tick(self.now)
-                self._carry_out(node)
+                self.carry_out(node)
             if propose_every_ms is not None and self.now >= next_proposal:
                 self._propose()
                 next_proposal = self.now + propose_every_ms
@@ -136,7 +136,7 @@ class Simulation:
             return
         self.proposed += 1
         leader.propose([f"{self.seed}:{self.proposed}".encode()], self.now)
-        self._carry_out(leader)
+        self.carry_out(leader)
 
     def _deliver_due(self) -> None:
         while self.queue and self.queue[0][0] <= self.now:
@@ -145,9 +145,11 @@ class Simulation:
             if node is None:
                 continue
             node.step(message, self.now)
-            self._carry_out(node)
+            self.carry_out(node)
 
-    def _carry_out(self, node: RaftNode) -> None:
+    def carry_out(self, node: RaftNode) -> None:
+        """Do what the node's `Ready` asks, as a driver would (crashing halfway through it
+        now and then), and check the safety properties."""
         ready = node.ready()
         disk = self.disks[node.id]
         crash_at = None

@@ -81,7 +81,7 @@ def test_a_returning_leader_drops_its_uncommitted_tail() -> None:
     assert old is not None
     _isolate(sim, old.id)
     stranded = [old.propose([f"stranded-{n}".encode()], sim.now) for n in range(5)]
-    sim._carry_out(old)
+    sim.carry_out(old)
     sim.run(8_000)
     new = max((n for n in sim.live() if n.role is Role.LEADER), key=lambda n: n.epoch)
     assert new is not old
@@ -120,7 +120,7 @@ class _Scripted(Simulation):
         for _ in range(5):
             self.now += 3 * TIMEOUTS.election_ms
             raft.tick(self.now)
-            self._carry_out(raft)
+            self.carry_out(raft)
             self.pump()
             if raft.role is Role.LEADER:
                 return raft
@@ -139,13 +139,13 @@ def test_a_leader_commits_nothing_of_an_older_epoch_by_counting_replicas() -> No
     sim = _Scripted(voters=5)
     s1 = sim.elect(1)
     s1.propose([b"before"], sim.now)
-    sim._carry_out(s1)
+    sim.carry_out(s1)
     sim.pump()
     k = s1.log.end_offset
     # (a) X reaches S2 only.
     sim.allow = _links(1, 2)
     s1.propose([b"X"], sim.now)
-    sim._carry_out(s1)
+    sim.carry_out(s1)
     sim.pump()
     sim.crash(1)
     # (b) S5 wins epoch 2 with S3 and S4, and its first entry (at k, where X is) reaches nobody.
@@ -173,12 +173,12 @@ def test_a_leader_commits_nothing_of_an_older_epoch_by_counting_replicas() -> No
     sim.allow = _links(2, 3, 4, 5)
     s5 = sim.elect(5)
     s5.propose([b"after"], sim.now)
-    sim._carry_out(s5)
+    sim.carry_out(s5)
     sim.pump()
     sim.now += 1
     for node in sim.live():
         node.tick(sim.now)
-        sim._carry_out(node)
+        sim.carry_out(node)
     sim.pump()
     payloads = [entry.payload for entry in sim.history]
     assert b"X" not in payloads
