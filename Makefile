@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
 .PHONY: install kcat host-packages kafka-dist run test test-unit test-integration test-e2e lint format clean \
-	bench-storage bench-broker bench-responsiveness cluster cluster-down cluster-env cluster-build images
+	bench-storage bench-broker bench-responsiveness bench-flood cluster cluster-down cluster-env cluster-build images
 
 install: $(STAMP) kcat
 
@@ -67,6 +67,9 @@ bench-broker: kafka-dist
 
 bench-responsiveness: kafka-dist
 	$(BIN)/python -m bench.responsiveness $(BENCH_ARGS)
+
+bench-flood: kafka-dist
+	$(BIN)/python -m bench.flood $(BENCH_ARGS)
 
 # A real single-node Kubernetes (kind if it works here, else built from the pinned release's Go
 # modules and started as host processes; needs root). Builds are cached in ~/.cache/gregor.

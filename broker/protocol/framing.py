@@ -1,9 +1,10 @@
 """Size-prefixed frames: an int32 big-endian length, then that many bytes, in both directions.
 
-`FrameReader` is incremental and sans-io (`receive_data` → `next_frame`). It never allocates
-ahead of the bytes it has been given: a client that announces 90 MiB and sends four bytes costs
-four bytes, and a frame larger than `socket.request.max.bytes` is refused as soon as its size
-prefix arrives, before any of it is buffered, exactly when Kafka's `NetworkReceive` refuses it.
+`FrameReader` is incremental and sans-io (`receive_data` or `receive_buffer` → `next_frame`).
+It never allocates ahead of the bytes it has been given: a client that announces 90 MiB and
+sends four bytes costs four bytes, and a frame larger than `socket.request.max.bytes` is refused
+as soon as its size prefix arrives, before any of it is buffered, exactly when Kafka's
+`NetworkReceive` refuses it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,13 @@ import struct
 from .errors import FrameTooLarge, MalformedInput
 from .primitives import Buffer
 
-__all__ = ["DEFAULT_MAX_REQUEST_BYTES", "GATHER_BYTES", "FrameReader", "encode_frame"]
+__all__ = [
+    "DEFAULT_MAX_REQUEST_BYTES",
+    "GATHER_BYTES",
+    "FrameReader",
+    "encode_frame",
+    "frame_buffer",
+]
 
 DEFAULT_MAX_REQUEST_BYTES = 104_857_600
 """Kafka's default `socket.request.max.bytes` (100 MiB)."""
@@ -31,14 +38,24 @@ def encode_frame(payload: Buffer) -> bytes:
     return _SIZE.pack(len(data)) + data
 
 
+def frame_buffer(size: int) -> mmap.mmap:
+    """Memory of its own for a gathered frame: anonymous, zeroed by the kernel page by page as
+    the frame lands (where bytearray(size) would write every byte of it first), unmapped once
+    released. Private: a shared anonymous mapping (mmap's default) is backed by shmem, whose
+    page faults and unmapping cost the event loop a quarter of its time under a produce flood."""
+    return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
+
+
 class FrameReader:
     """Cuts a byte stream into frames.
 
     A server that has reserved the memory of a large frame calls `gather` once its size prefix
-    has arrived: the frame is then received straight into a buffer of its size, each chunk
-    copied once, and handed out as a read-only view of that buffer. Otherwise the bytes are
-    appended to one buffer and each frame is cut out of it, a second copy (with reallocations
-    as the buffer grows: 8 MiB of Produce cost the event loop 10 ms).
+    has arrived: the frame is then received straight into a buffer of its size and handed out
+    as a read-only view of that buffer. A server that can read from its socket into a buffer
+    asks `receive_buffer` for the rest of the frame being gathered and reports with
+    `received_into`: each byte of the frame is then copied once, by the kernel. Otherwise the
+    bytes are appended to one buffer and each frame is cut out of it, a second copy (with
+    reallocations as the buffer grows: 8 MiB of Produce cost the event loop 10 ms).
 
     Once `next_frame` has raised, the stream is out of sync and the connection must close; the
     reader keeps raising rather than guessing where the next frame starts.
@@ -75,27 +92,57 @@ class FrameReader:
             if take < len(view):
                 self._buffer += view[take:]
 
-    def gather(self) -> None:
-        """Receive the pending frame, whose size prefix has arrived, into a buffer of its own,
-        allocated now (the caller has reserved its memory). Frames under `GATHER_BYTES`, or
-        too large, are cut from the shared buffer as usual."""
+    def receive_buffer(self) -> memoryview | None:
+        """Where the next bytes may be received in place: the part of the frame being gathered
+        that has not arrived yet, or None (hand them to `receive_data`, which keeps what comes
+        after the frame). Report the bytes
+        written there with `received_into` before anything else is asked of the reader."""
+        frame = self._frame
+        if frame is None or self._filled == len(frame):
+            return None
+        return memoryview(frame)[self._filled :]
+
+    def gathering(self) -> tuple[mmap.mmap, int] | None:
+        """The buffer of the frame being gathered and how many of its bytes have arrived."""
+        if self._frame is None:
+            return None
+        return self._frame, self._filled
+
+    def received_into(self, count: int) -> None:
+        """`count` bytes were written at the start of the last `receive_buffer`."""
+        if self._frame is None or not 0 <= count <= len(self._frame) - self._filled:
+            raise ValueError(f"{count} bytes do not fit the frame being gathered")
+        self._filled += count
+
+    def gather_size(self) -> int | None:
+        """The size of the buffer `gather` would take for the pending frame, whose size prefix
+        has arrived; None if it would not gather it (under `GATHER_BYTES`, too large, or
+        already all here: it is cut from the shared buffer as usual)."""
         size = self.pending_frame_size()
         if self._frame is not None or size is None or size < GATHER_BYTES:
-            return
+            return None
         if size > self._max_frame_bytes or len(self._buffer) >= _SIZE.size + size:
+            return None
+        return size
+
+    def gather(self, buffer: mmap.mmap | None = None) -> None:
+        """Receive the pending frame into a buffer of its own: `buffer`, of `gather_size()`
+        bytes, or one allocated now (the caller has reserved its memory). Does nothing when
+        `gather_size()` is None."""
+        size = self.gather_size()
+        if size is None:
             return
-        # Anonymous memory of its own: zeroed by the kernel page by page as the chunks land,
-        # where bytearray(size) would write every byte of it first; unmapped once released.
-        # Private: a shared anonymous mapping (mmap's default) is backed by shmem, whose page
-        # faults and unmapping cost the event loop a quarter of its time under a produce flood.
-        frame = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
+        if buffer is None:
+            buffer = frame_buffer(size)
+        elif len(buffer) != size:
+            raise ValueError(f"a buffer of {len(buffer)} bytes for a frame of {size}")
         with memoryview(self._buffer) as view:
             body = view[_SIZE.size :]
-            frame[: len(body)] = body
+            buffer[: len(body)] = body
             self._filled = len(body)
             del body
         self._buffer.clear()
-        self._frame = frame
+        self._frame = buffer
 
     def pending_frame_size(self) -> int | None:
         """The announced size of the next frame, once its prefix has arrived.

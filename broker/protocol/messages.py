@@ -3,7 +3,9 @@
 This is the project's interface over kio (ADR 0001): the rest of the broker asks for a message
 class by API key and version, decodes a request frame, and encodes a response frame here, and
 never imports kio itself. Message bodies are kio's frozen dataclasses, one per API and version,
-generated from Kafka's schemas; headers and size prefixes are ours (`headers`, `framing`).
+generated from Kafka's schemas; headers and size prefixes are ours (`headers`, `framing`), and so
+are the Produce request (`produce`, which keeps records as slices of the frame) and the Fetch
+response (`fetch`).
 
 Version rules kept here: a request's header is v2 when its version is flexible, else v1; a
 response's header is v1 when flexible, else v0, except ApiVersions responses, which are always
@@ -40,6 +42,7 @@ from .headers import (
     peek_api_key_and_version,
 )
 from .primitives import Buffer
+from .produce import decode_produce_request
 from .versions import SUPPORTED, ApiKey, is_decodable
 
 __all__ = [
@@ -192,6 +195,8 @@ def _encode(body: Any) -> bytes:
 def decode_request_body(api_key: int, api_version: int, data: Buffer) -> RequestBody:
     """Decode a request body alone (no header), e.g. one carried inside an Envelope."""
     entity = request_type(api_key, api_version)
+    if api_key == ApiKey.PRODUCE:
+        return cast(RequestBody, decode_produce_request(entity, data, 0))
     return cast(RequestBody, _decode(entity, data, 0, lambda: f"{entity.__name__} body"))
 
 
@@ -227,6 +232,12 @@ def decode_request(frame: Buffer) -> Request:
             f"client {header.client_id!r}"
         )
 
+    if api_key == ApiKey.PRODUCE:
+        # Records stay slices of the frame (produce.py): only the batch header is ever copied.
+        try:
+            return Request(header, decode_produce_request(entity, frame, position))
+        except MalformedInput as exc:
+            raise MalformedInput(exc.what, where=where()) from None
     return Request(header, _decode(entity, frame, position, where))
 
 

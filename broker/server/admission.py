@@ -51,9 +51,10 @@ request is still read whole: at least one is always read ahead)."""
 SMALL_REQUEST_BYTES = 64 * 1024
 """A request this small may be held outside `queued.max.request.bytes`, one per connection."""
 HEAVY_REQUEST_BYTES = 1024 * 1024
-"""Requests this large take turns, one at a time across connections: processing one holds the
-event loop for tens of milliseconds (an 8 MiB produce: 20-50 ms), and between two of them
-every small request that is ready gets its turn."""
+"""Requests this large take turns, one at a time across connections, and between two of them
+every small request that is ready gets its turn. An 8 MiB produce held the event loop 20-50 ms
+when this was written; most of its work has left the loop since (ADR 0009, 0012), and the
+turns still keep the threads to one large append at a time."""
 
 
 class ConnectionQuotas:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from broker.config import BrokerConfig, Listener
 
 from .admission import Admission, ConnectionQuotas, MemoryPool
-from .connection import Connection
+from .connection import Connection, scratch_buffer
 from .dispatcher import Dispatcher
 
 __all__ = ["BoundListener", "BrokerServer"]
@@ -38,6 +38,8 @@ class BrokerServer:
         self._dispatcher = dispatcher
         self._servers: list[asyncio.Server] = []
         self._connections: set[Connection] = set()
+        self._scratch = scratch_buffer()
+        """Read into by every connection of this server, one at a time (on its event loop)."""
         self.admission = Admission(
             ConnectionQuotas(
                 config.max_connections,
@@ -75,7 +77,8 @@ class BrokerServer:
             listener.name,
             self._config.socket_request_max_bytes,
             self._connections,
-            self.admission,
+            admission=self.admission,
+            scratch=self._scratch,
         )
 
     async def _close_idle_connections(self) -> None:

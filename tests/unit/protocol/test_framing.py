@@ -69,6 +69,55 @@ def test_gathered_frames_come_out_whatever_the_chunking(
     assert reader.buffered_bytes == 0
 
 
+@given(
+    payloads=st.lists(st.binary(max_size=100), max_size=8),
+    sizes=st.lists(st.integers(min_value=1, max_value=64), min_size=1, max_size=30),
+)
+def test_frames_received_in_place_come_out_whatever_the_reads(
+    payloads: list[bytes], sizes: list[int]
+) -> None:
+    """A server reading its socket into `receive_buffer` while a frame is gathered, and
+    through `receive_data` otherwise (each read at most `sizes[i]` bytes), gets the same frames
+    as from any other chunking; the buffer offered never reaches past the gathered frame."""
+    stream = memoryview(b"".join(encode_frame(p) for p in payloads))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(framing, "GATHER_BYTES", 16)
+        reader = FrameReader()
+        frames: list[bytes] = []
+        position = 0
+        for read in itertools.cycle(sizes):
+            if position == len(stream):
+                break
+            place = reader.receive_buffer()
+            if place is None:
+                chunk = stream[position : position + read]
+                reader.receive_data(chunk)
+            else:
+                count = min(read, len(place), len(stream) - position)
+                place[:count] = stream[position : position + count]
+                reader.received_into(count)
+            position += len(chunk) if place is None else count
+            reader.gather()
+            while (frame := reader.next_frame()) is not None:
+                frames.append(bytes(frame))
+                reader.gather()
+    assert frames == payloads
+    assert reader.buffered_bytes == 0
+
+
+def test_bytes_beyond_the_gathered_frame_are_refused() -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(framing, "GATHER_BYTES", 16)
+        reader = FrameReader()
+        reader.receive_data(struct.pack(">i", 32) + b"x" * 4)
+        reader.gather()
+        place = reader.receive_buffer()
+        assert place is not None
+        assert len(place) == 28
+        with pytest.raises(ValueError, match="do not fit"):
+            reader.received_into(29)
+
+
 def test_a_gathered_frame_is_copied_once_into_memory_of_its_own() -> None:
     """Gathering copies each chunk once into a mapping of the frame's size, allocated when
     asked (outside Python's heap, given back to the system with the frame): nothing on the

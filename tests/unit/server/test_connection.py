@@ -1,11 +1,12 @@
 """A connection over a real loopback socket, with handlers written for the test: a request parked
 in a wait (a long-poll Fetch) is cancelled when its client goes away, while a request doing
 work is left to finish; a client pipelining many requests gets one per turn of the loop, so
-another client's request is answered between two of them."""
+another client's request is answered between two of them; a large request is read in place."""
 
 from __future__ import annotations
 
 import asyncio
+import mmap
 import socket
 import struct
 import time
@@ -16,7 +17,7 @@ import pytest
 from broker.protocol import ApiKey
 from broker.server import Dispatcher, RequestContext, parked
 from broker.server.connection import Connection
-from tests.support.wire import api_versions_frame
+from tests.support.wire import api_versions_frame, produce_frame
 
 
 async def _busy_then_gone(handler: Any, events: list[str], expected: str, goes: str) -> None:
@@ -97,6 +98,39 @@ def test_a_pipelining_client_gets_one_request_per_turn_of_the_loop() -> None:
     # Sent once the pipeliner's first requests were being worked through, the other client's
     # request is answered within a turn or two, not after the 16 read ahead of it.
     assert order.index("unit") < 16, order
+
+
+def test_a_large_request_is_read_in_place_and_its_memory_given_back_once_answered() -> None:
+    """A 2 MiB Produce reaches its handler with its records as a read-only view of a buffer of
+    the frame's own (no copy was made on the way), and that buffer is unmapped once the
+    request has been handled."""
+    seen: list[Any] = []
+
+    async def produce(context: RequestContext, request: Any) -> None:
+        records = request.topic_data[0].partition_data[0].records
+        seen.append((type(records), records.readonly, records.obj, len(records)))
+
+    async def scenario() -> None:
+        dispatcher = Dispatcher({ApiKey.PRODUCE: produce})
+        registry: set[Connection] = set()
+        server = await asyncio.get_running_loop().create_server(
+            lambda: Connection(dispatcher, "PLAINTEXT", 4 << 20, registry), "127.0.0.1", 0
+        )
+        async with server:
+            port = server.sockets[0].getsockname()[1]
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(produce_frame("t", 2 << 20))
+            await writer.drain()
+            await asyncio.wait_for(_until(lambda: bool(seen)), 10)
+            await asyncio.wait_for(_until(lambda: seen[0][2].closed), 10)
+            writer.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+    kind, readonly, buffer, size = seen[0]
+    assert kind is memoryview
+    assert readonly
+    assert isinstance(buffer, mmap.mmap)
+    assert size > 2_000_000
 
 
 def _vanish(writer: asyncio.StreamWriter, *, reset: bool) -> None:
