@@ -42,7 +42,7 @@ from .headers import (
     peek_api_key_and_version,
 )
 from .primitives import Buffer
-from .produce import decode_produce_request
+from .produce import ZERO_COPY_PRODUCE_BYTES, decode_produce_request
 from .versions import SUPPORTED, ApiKey, is_decodable
 
 __all__ = [
@@ -195,7 +195,7 @@ def _encode(body: Any) -> bytes:
 def decode_request_body(api_key: int, api_version: int, data: Buffer) -> RequestBody:
     """Decode a request body alone (no header), e.g. one carried inside an Envelope."""
     entity = request_type(api_key, api_version)
-    if api_key == ApiKey.PRODUCE:
+    if api_key == ApiKey.PRODUCE and len(data) >= ZERO_COPY_PRODUCE_BYTES:
         return cast(RequestBody, decode_produce_request(entity, data, 0))
     return cast(RequestBody, _decode(entity, data, 0, lambda: f"{entity.__name__} body"))
 
@@ -232,7 +232,7 @@ def decode_request(frame: Buffer) -> Request:
             f"client {header.client_id!r}"
         )
 
-    if api_key == ApiKey.PRODUCE:
+    if api_key == ApiKey.PRODUCE and len(frame) >= ZERO_COPY_PRODUCE_BYTES:
         # Records stay slices of the frame (produce.py): only the batch header is ever copied.
         try:
             return Request(header, decode_produce_request(entity, frame, position))

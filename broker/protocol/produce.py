@@ -1,9 +1,10 @@
 """The Produce request (v3–v13), decoded by hand so that record batches are never copied.
 
-A Produce request is almost all record bytes. The generic codec returns each partition's
+A large Produce request is almost all record bytes. The generic codec returns each partition's
 records as a new `bytes`: under a flood of 8 MiB requests that copy, and the faults of the fresh
 memory it lands in, took a third of the event loop. Here each partition's records are a
 read-only `memoryview` slice of the request frame, which the storage layer writes as it is.
+Requests under `ZERO_COPY_PRODUCE_BYTES` still go through the generic codec (`messages.py`).
 The frame stays in memory while any slice of it is referenced, which the request's lifetime
 already bounds: the connection accounts for its memory until the request is answered.
 
@@ -12,7 +13,8 @@ Everything else matches the generic codec: the same kio classes, the same values
 before anything is built, so a hostile length is `MalformedInput` and never an allocation. The
 unit tests compare both decoders on every version. Where they differ, this one does what Kafka's
 generated parsers do: it refuses a null array or string where the schema allows none, and a
-string over 32767 bytes, which kio reads; and it skips unknown tagged fields, which kio refuses.
+string over 32767 bytes, which kio reads; and it skips unknown tagged fields, which kio refuses
+(in smaller Produce requests too, as in every other API: ADR 0012).
 """
 
 from __future__ import annotations
@@ -24,9 +26,16 @@ from datetime import timedelta
 from typing import Any
 
 from .errors import MalformedInput
+from .framing import GATHER_BYTES
 from .primitives import Buffer
 
-__all__ = ["decode_produce_request"]
+__all__ = ["ZERO_COPY_PRODUCE_BYTES", "decode_produce_request"]
+
+ZERO_COPY_PRODUCE_BYTES = GATHER_BYTES
+"""Produce requests this large are decoded here; smaller ones by the generic codec, whose native
+reader is faster when the copy is small: 9 against 15 µs for one partition of 16 KiB, 1.3
+against 2.2 ms for 1000 partitions of 200 bytes. From this size on, frames are read into
+buffers of their own (`GATHER_BYTES`), and not copying them is what counts."""
 
 FIRST_FLEXIBLE_VERSION = 9
 FIRST_TOPIC_ID_VERSION = 13
