@@ -1,7 +1,8 @@
 """The messages voters and observers of the metadata quorum exchange, as the Raft core sees
-them: KRaft's Vote (with pre-vote, KIP-996), BeginQuorumEpoch, EndQuorumEpoch and the
-pull-based Fetch (KIP-595), without their wire encoding. The quorum driver maps them to and from
-Kafka's request and response bodies; the core never sees bytes of the protocol.
+them: KRaft's Vote (with pre-vote, KIP-996), BeginQuorumEpoch, EndQuorumEpoch, the pull-based
+Fetch (KIP-595) and FetchSnapshot (KIP-630), without their wire encoding. The quorum driver
+maps them to and from Kafka's request and response bodies; the core never sees bytes of the
+protocol.
 
 Every message names its sender and the epoch it was sent in. A reply is matched to its request
 by kind and epoch alone: the core keeps no table of requests in flight, so a reply that comes
@@ -19,7 +20,11 @@ __all__ = [
     "Entry",
     "Fetch",
     "FetchReply",
+    "FetchSnapshot",
+    "FetchSnapshotReply",
     "Message",
+    "Snapshot",
+    "SnapshotId",
     "Vote",
     "VoteReply",
 ]
@@ -34,6 +39,24 @@ class Entry:
     payload: bytes
     control: bool = False
     """Written by the quorum itself (the leader's first entry of its epoch), not proposed."""
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class SnapshotId:
+    """A snapshot of the log below `end_offset`, whose last entry has `epoch` (Kafka's
+    `OffsetAndEpoch`, and the name of its `.checkpoint` file)."""
+
+    end_offset: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The state that the entries below `id.end_offset` built, as the state machine wrote it:
+    opaque to the core, which only keeps and hands it over whole."""
+
+    id: SnapshotId
+    data: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +134,47 @@ class FetchReply:
     """The offset the entries start at (the request's)."""
     entries: tuple[Entry, ...] = ()
     diverging: Diverging | None = None
+    snapshot: SnapshotId | None = None
+    """The fetch offset is below the leader's log start, or its epoch ends there: fetch this
+    snapshot instead (FetchSnapshot), then the log after it."""
     rejected: bool = False
     """The replier is not the leader of the request's epoch: nothing was read, and `epoch` and
     `leader` say what it knows instead."""
 
 
-Message = Vote | VoteReply | BeginQuorumEpoch | EndQuorumEpoch | Fetch | FetchReply
+@dataclass(frozen=True, slots=True)
+class FetchSnapshot:
+    """From a follower or observer to the leader: the bytes of snapshot `id` from `position`."""
+
+    sender: int
+    epoch: int
+    id: SnapshotId
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSnapshotReply:
+    sender: int
+    epoch: int
+    leader: int | None
+    id: SnapshotId
+    size: int
+    """The snapshot's whole size in bytes."""
+    position: int
+    chunk: bytes = b""
+    missing: bool = False
+    """The leader no longer has that snapshot (it took a newer one): fetch again."""
+    rejected: bool = False
+    """As for `FetchReply`: the replier is not the leader of the request's epoch."""
+
+
+Message = (
+    Vote
+    | VoteReply
+    | BeginQuorumEpoch
+    | EndQuorumEpoch
+    | Fetch
+    | FetchReply
+    | FetchSnapshot
+    | FetchSnapshotReply
+)

@@ -4,9 +4,13 @@ KIP-996's pre-vote), without sockets, clocks or an event loop.
 Like etcd's raft, it is driven from outside:
 - `step(message, now_ms)`, `tick(now_ms)` and `propose(payloads, now_ms)` change its state;
 - `ready()` hands out what that requires, and the driver does it in this order: persist the
-  election state, truncate and append the log on disk, send the messages, then apply the
-  entries below the high watermark;
-- `advance()` says the disk has it, which may commit more.
+  election state, install a snapshot fetched from the leader, truncate and append the log on
+  disk, delete what a snapshot holds, send the messages, then apply the entries below the high
+  watermark;
+- `advance()` says the disk has it, which may commit more;
+- `take_snapshot(end_offset, data)` says the state machine has written a snapshot of the
+  entries below `end_offset`: the log then starts there (KIP-630). When to take one is the
+  driver's policy (`metadata.log.max.record.bytes.between.snapshots`).
 
 A vote is never sent before the election state that records it is on disk, and a fetch that
 acknowledges entries is never sent before they are: both are in the same `Ready`, persisted
@@ -30,6 +34,10 @@ The rules, as Kafka's `KafkaRaftClient` applies them:
    first entry of its epoch.
 6. A leader that has not been fetched from by a majority for 1.5 fetch timeouts resigns
    (check quorum), and one that resigns tells the voters to elect another (EndQuorumEpoch).
+7. A fetch below the leader's log start, or whose epoch ends where the leader's snapshot does,
+   is answered with the leader's latest snapshot id; the fetcher fetches that snapshot in
+   chunks (FetchSnapshot), installs it in place of its whole log, and fetches on from its end.
+   A snapshot only ever holds committed entries, so installing one commits them.
 """
 
 from __future__ import annotations
@@ -48,7 +56,11 @@ from .messages import (
     Entry,
     Fetch,
     FetchReply,
+    FetchSnapshot,
+    FetchSnapshotReply,
     Message,
+    Snapshot,
+    SnapshotId,
     Vote,
     VoteReply,
 )
@@ -94,6 +106,8 @@ class QuorumTimeouts:
     """How long a leader holds a fetch it has nothing new for (Kafka's raft fetch max wait)."""
     fetch_max_entries: int = 512
     """Entries per fetch reply."""
+    snapshot_chunk_bytes: int = 8 * 1024 * 1024
+    """Bytes of a snapshot per FetchSnapshot reply (Kafka's raft client asks for 8 MiB)."""
 
 
 class NotLeader(Exception):
@@ -110,11 +124,17 @@ class Ready:
 
     election: ElectionState | None = None
     """Persist this election state first, when set."""
+    install: Snapshot | None = None
+    """Then, when set, persist this snapshot (fetched from the leader), load it into the state
+    machine and drop the whole disk log: it starts again at the snapshot's end."""
     truncate_to: int | None = None
     """Then drop the disk log's entries from this offset on, when set."""
     append_from: int = 0
     entries: tuple[Entry, ...] = ()
     """Then append these entries, the first at offset `append_from`."""
+    delete_before: int | None = None
+    """Then, when set, delete the disk log's entries below this offset: the snapshot the driver
+    persisted before `take_snapshot` holds them."""
     messages: list[tuple[int, Message]] = field(default_factory=list)
     """Then send each message to its node."""
     high_watermark: int | None = None
@@ -123,8 +143,10 @@ class Ready:
     def __bool__(self) -> bool:
         return bool(
             self.election is not None
+            or self.install is not None
             or self.truncate_to is not None
             or self.entries
+            or self.delete_before is not None
             or self.messages
             or self.high_watermark is not None
         )
@@ -137,26 +159,35 @@ class RaftNode:
         voters: Sequence[int],
         *,
         election: ElectionState = ElectionState(),
+        snapshot: Snapshot | None = None,
         entries: Sequence[Entry] = (),
         timeouts: QuorumTimeouts = QuorumTimeouts(),
         rng: random.Random,
         now_ms: int,
     ) -> None:
-        """Restart from what was persisted: the election state and the log on disk. The high
-        watermark is not persisted; the leader says it again."""
+        """Restart from what was persisted: the election state, the latest snapshot (the driver
+        loads it into the state machine) and the log on disk after it. The high watermark is
+        not persisted: it starts at the snapshot's end, and the leader says the rest again."""
         self.id = node_id
         self.voters = frozenset(voters)
         self._timeouts = timeouts
         self._rng = rng
-        self.log = RaftLog(entries)
+        self.log = RaftLog(entries, start=None if snapshot is None else snapshot.id)
+        self.snapshot = snapshot
+        """The latest snapshot: what a fetcher below the log start is sent."""
         self.election = election
-        self.high_watermark = 0
+        self.high_watermark = self.log.start_offset
         self._persisted = election
         self._persisted_end = self.log.end_offset
         self._changed_from: int | None = None
         """The lowest log offset changed since the last `ready`."""
         self._outbox: list[tuple[int, Message]] = []
-        self._reported_high_watermark = 0
+        self._reported_high_watermark = self.high_watermark
+        self._install: Snapshot | None = None
+        """A snapshot fetched whole, for the next `ready` to install."""
+        self._delete_before: int | None = None
+        self._snapshot_fetch: tuple[SnapshotId, bytearray] | None = None
+        """Follower: the snapshot being fetched from the leader, and its bytes so far."""
         # Per role; see `_become`.
         self.role = Role.UNATTACHED
         self._votes: set[int] = set()
@@ -205,6 +236,8 @@ class RaftNode:
         self._outbox = []
         if self.election != self._persisted:
             ready.election = self._persisted = self.election
+        ready.install, self._install = self._install, None
+        ready.delete_before, self._delete_before = self._delete_before, None
         if self._changed_from is not None:
             start = self._changed_from
             if start < self._persisted_end:
@@ -232,6 +265,26 @@ class RaftNode:
         self._append([Entry(self.epoch, payload) for payload in payloads])
         self._answer_parked(now_ms, why="entries")
         return first
+
+    def take_snapshot(self, end_offset: int, data: bytes) -> SnapshotId:
+        """The state machine has persisted `data`, its state after applying every entry below
+        `end_offset` (committed and on disk): the log now starts there, and a fetcher below it
+        is sent this snapshot. The next `ready` says which disk entries may go."""
+        log = self.log
+        if not (log.start_offset < end_offset <= self.high_watermark):
+            raise ValueError(
+                f"a snapshot must end after the log start {log.start_offset} and at or below "
+                f"the high watermark {self.high_watermark}, not at {end_offset}"
+            )
+        if end_offset > self._persisted_end or (
+            self._changed_from is not None and self._changed_from < end_offset
+        ):
+            raise ValueError(f"the entries below {end_offset} are not all on disk yet")
+        snapshot_id = SnapshotId(end_offset, log.epoch_at(end_offset - 1))
+        self.snapshot = Snapshot(snapshot_id, data)
+        log.compact(snapshot_id)
+        self._delete_before = end_offset
+        return snapshot_id
 
     def resign(self, now_ms: int) -> None:
         """Step down gracefully (a controlled shutdown): tell the voters to elect another."""
@@ -288,8 +341,12 @@ class RaftNode:
             self._on_end(message, now_ms)
         elif isinstance(message, Fetch):
             self._on_fetch(message, now_ms)
-        else:
+        elif isinstance(message, FetchReply):
             self._on_fetch_reply(message, now_ms)
+        elif isinstance(message, FetchSnapshot):
+            self._on_fetch_snapshot(message, now_ms)
+        else:
+            self._on_fetch_snapshot_reply(message, now_ms)
 
     @staticmethod
     def _is_pre_vote(message: Message) -> bool:
@@ -372,9 +429,12 @@ class RaftNode:
             return
         if request.sender in self.voters:
             self._last_fetch[request.sender] = now_ms
-        diverging = self._divergence(request)
-        if diverging is not None:
-            self._reply_to_fetch(request, self.id, diverging=diverging)
+        found = self._validate(request)
+        if isinstance(found, SnapshotId):
+            self._reply_to_fetch(request, self.id, snapshot=found)
+            return
+        if found is not None:
+            self._reply_to_fetch(request, self.id, diverging=found)
             return
         if request.sender in self.voters:
             known = self._acknowledged.get(request.sender, 0)
@@ -385,12 +445,23 @@ class RaftNode:
         else:
             self._parked[request.sender] = (request, now_ms + self._timeouts.fetch_wait_ms)
 
-    def _divergence(self, request: Fetch) -> Diverging | None:
-        if request.fetch_offset == 0:
+    def _validate(self, request: Fetch) -> Diverging | SnapshotId | None:
+        """None if the fetcher's log matches this one up to its fetch offset; else where it
+        diverges, or the snapshot to fetch (Kafka's `validateOffsetAndEpoch`)."""
+        log = self.log
+        offset, epoch = request.fetch_offset, request.last_fetched_epoch
+        if offset == 0 and log.start_offset == 0:
             return None
-        epoch, end = self.log.end_offset_for_epoch(request.last_fetched_epoch)
-        if epoch != request.last_fetched_epoch or request.fetch_offset > end:
-            return Diverging(epoch, end)
+        if log.start_offset > 0 and (
+            offset < log.start_offset
+            or (offset == log.start_offset and epoch != log.start_epoch)
+            or epoch < log.start_epoch
+        ):
+            assert self.snapshot is not None  # the log starts after one
+            return self.snapshot.id
+        last_epoch, end = log.end_offset_for_epoch(epoch)
+        if last_epoch != epoch or offset > end:
+            return Diverging(last_epoch, end)
         return None
 
     def _answer_fetch(self, request: Fetch) -> None:
@@ -405,6 +476,7 @@ class RaftNode:
         *,
         entries: tuple[Entry, ...] = (),
         diverging: Diverging | None = None,
+        snapshot: SnapshotId | None = None,
         rejected: bool = False,
     ) -> None:
         reply = FetchReply(
@@ -415,8 +487,38 @@ class RaftNode:
             request.fetch_offset,
             entries=entries,
             diverging=diverging,
+            snapshot=snapshot,
             rejected=rejected,
         )
+        self._send(request.sender, reply)
+
+    def _on_fetch_snapshot(self, request: FetchSnapshot, now_ms: int) -> None:
+        if self.role is not Role.LEADER or request.epoch != self.epoch:
+            leader = None if self.role is Role.RESIGNED else self.leader
+            reply = FetchSnapshotReply(
+                self.id, self.epoch, leader, request.id, 0, request.position, rejected=True
+            )
+            self._send(request.sender, reply)
+            return
+        if request.sender in self.voters:
+            self._last_fetch[request.sender] = now_ms
+        snapshot = self.snapshot
+        if snapshot is None or snapshot.id != request.id:
+            reply = FetchSnapshotReply(
+                self.id, self.epoch, self.id, request.id, 0, request.position, missing=True
+            )
+        else:
+            end = request.position + self._timeouts.snapshot_chunk_bytes
+            chunk = snapshot.data[request.position : end]
+            reply = FetchSnapshotReply(
+                self.id,
+                self.epoch,
+                self.id,
+                request.id,
+                len(snapshot.data),
+                request.position,
+                chunk,
+            )
         self._send(request.sender, reply)
 
     def _answer_parked(self, now_ms: int, *, why: _Why) -> None:
@@ -430,25 +532,41 @@ class RaftNode:
             ):
                 self._answer_fetch(request)
 
-    def _on_fetch_reply(self, reply: FetchReply, now_ms: int) -> None:
+    def _from_leader(self, reply: FetchReply | FetchSnapshotReply, now_ms: int) -> bool:
+        """Whether `reply` is an answer from the leader this node follows to carry on with; a
+        refusal, or one from elsewhere, may make it follow the leader it names instead."""
         if self.role not in (Role.FOLLOWER, Role.UNATTACHED) or reply.epoch < self.epoch:
-            return
+            return False
         if reply.rejected:
             self._fetch_sent_at = None
             if reply.leader is not None and reply.leader != self.id and reply.epoch >= self.epoch:
                 self._follow(reply.epoch, reply.leader, now_ms)
             else:
                 self._fetch_due = now_ms + self._timeouts.election_backoff_max_ms // 10
-            return
+            return False
         if reply.sender != self.leader:
             if self.role is Role.UNATTACHED and not self.is_voter and reply.leader is not None:
                 self._follow(reply.epoch, reply.leader, now_ms)
-            return
+            return False
         self._fetch_sent_at = None
         self._leader_deadline = now_ms + self._timeouts.fetch_ms
         self._heard_from_leader = now_ms
         self._fetch_due = now_ms
-        if reply.diverging is not None:
+        return True
+
+    def _on_fetch_reply(self, reply: FetchReply, now_ms: int) -> None:
+        if not self._from_leader(reply, now_ms):
+            return
+        if reply.snapshot is not None:
+            # Below the leader's log start: fetch its snapshot, unless that is stale news.
+            fetching = self._snapshot_fetch
+            if (
+                reply.fetch_offset == self.log.end_offset
+                and reply.snapshot.end_offset > self.log.start_offset
+                and (fetching is None or fetching[0] != reply.snapshot)
+            ):
+                self._snapshot_fetch = (reply.snapshot, bytearray())
+        elif reply.diverging is not None:
             _, local_end = self.log.end_offset_for_epoch(reply.diverging.epoch)
             end = min(reply.diverging.end_offset, local_end, self.log.end_offset)
             self._truncate(max(end, self.high_watermark))
@@ -462,6 +580,32 @@ class RaftNode:
             self.high_watermark = max(self.high_watermark, min(reply.high_watermark, matched))
         self._maybe_fetch(now_ms)
 
+    def _on_fetch_snapshot_reply(self, reply: FetchSnapshotReply, now_ms: int) -> None:
+        if not self._from_leader(reply, now_ms):
+            return
+        fetching = self._snapshot_fetch
+        if fetching is not None and fetching[0] == reply.id:
+            snapshot_id, received = fetching
+            if reply.missing:
+                self._snapshot_fetch = None  # the leader has a newer one: fetch to learn it
+            elif reply.position == len(received):
+                received += reply.chunk
+                if len(received) >= reply.size:
+                    self._install_snapshot(Snapshot(snapshot_id, bytes(received[: reply.size])))
+        self._maybe_fetch(now_ms)
+
+    def _install_snapshot(self, snapshot: Snapshot) -> None:
+        """Replace the whole log with a snapshot fetched from the leader. A leader's snapshot
+        holds only committed entries, so they are committed here too."""
+        end = snapshot.id.end_offset
+        self._snapshot_fetch = None
+        self.snapshot = self._install = snapshot
+        self.log.reset(snapshot.id)
+        self._changed_from = None
+        self._persisted_end = end  # the disk log goes with the install
+        self.high_watermark = max(self.high_watermark, end)
+        self._reported_high_watermark = max(self._reported_high_watermark, end)
+
     # -- transitions ------------------------------------------------------------------------
 
     def _become(self, role: Role, now_ms: int, *, keep_epoch: bool = False) -> None:
@@ -469,6 +613,7 @@ class RaftNode:
         self._votes = set()
         self._parked = {}
         self._fetch_sent_at = None
+        self._snapshot_fetch = None
         timeouts = self._timeouts
         if role is Role.PROSPECTIVE:
             self.election = ElectionState(self.epoch, self.election.voted_for, None)
@@ -573,6 +718,12 @@ class RaftNode:
         elif now_ms < self._fetch_due:
             return
         target = self.leader
+        fetching = self._snapshot_fetch
+        if target is not None and fetching is not None:
+            snapshot_id, received = fetching
+            self._send(target, FetchSnapshot(self.id, self.epoch, snapshot_id, len(received)))
+            self._fetch_sent_at = now_ms
+            return
         if target is None:
             candidates = sorted(self.voters - {self.id})
             if not candidates:
@@ -614,6 +765,6 @@ def _leader_named(message: Message) -> int | None:
         return message.sender
     if isinstance(message, EndQuorumEpoch):
         return None
-    if isinstance(message, (VoteReply, FetchReply)):
+    if isinstance(message, (VoteReply, FetchReply, FetchSnapshotReply)):
         return message.leader
     return None

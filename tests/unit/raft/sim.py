@@ -9,6 +9,10 @@ simulation checks Raft's safety properties and fails with the seed and the time:
 - a node's disk holds exactly its log, and its election state before it sends what depends on
   it (a vote, an acknowledgement).
 
+Each node's state machine is the list of entries it applied. Now and then a node snapshots it
+(`take_snapshot`, every `snapshot_every` entries or so), so logs start past 0 and nodes that
+fall behind catch up from a leader's snapshot, fetched in chunks of a few hundred bytes.
+
 Crashes happen between steps, and also in the middle of carrying out a `Ready`
 (`Faults.crash_within_ready`), where a real driver may die between its writes.
 """
@@ -16,10 +20,11 @@ Crashes happen between steps, and also in the middle of carrying out a `Ready`
 from __future__ import annotations
 
 import heapq
+import pickle
 import random
 from dataclasses import dataclass, field
 
-from broker.raft import ElectionState, Entry, Message, QuorumTimeouts, RaftNode, Role
+from broker.raft import ElectionState, Entry, Message, QuorumTimeouts, RaftNode, Role, Snapshot
 
 TICK_MS = 10
 
@@ -31,7 +36,16 @@ class SafetyViolation(AssertionError):
 @dataclass
 class Disk:
     election: ElectionState = field(default_factory=ElectionState)
+    snapshot: Snapshot | None = None
+    start: int = 0
+    """The offset of `entries[0]`: a snapshot's end (entries below it may linger until the
+    node's `Ready` says to delete them)."""
     entries: list[Entry] = field(default_factory=list)
+
+
+def _state(snapshot: Snapshot | None) -> list[Entry]:
+    """The state machine a snapshot holds: the entries applied before its end."""
+    return [] if snapshot is None else list(pickle.loads(snapshot.data))
 
 
 @dataclass(frozen=True)
@@ -59,12 +73,18 @@ class Simulation:
         observers: int = 0,
         faults: Faults = Faults(),
         timeouts: QuorumTimeouts | None = None,
+        snapshot_every: int | None = 40,
     ) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         self.now = 0
         self.faults = faults
-        self.timeouts = timeouts or QuorumTimeouts()
+        self.timeouts = timeouts or QuorumTimeouts(snapshot_chunk_bytes=256)
+        self.snapshot_every = snapshot_every
+        self.applied: dict[int, list[Entry]] = {}
+        """Each node's state machine: the entries it applied, in order."""
+        self.installed = 0
+        """Snapshots installed from a leader, all nodes together."""
         self.voter_ids = list(range(1, voters + 1))
         self.ids = self.voter_ids + list(range(voters + 1, voters + observers + 1))
         self.disks = {node: Disk() for node in self.ids}
@@ -83,11 +103,15 @@ class Simulation:
 
     def start(self, node: int) -> None:
         disk = self.disks[node]
+        # Like a driver: load the latest snapshot; the log on disk starts at its end.
+        skip = 0 if disk.snapshot is None else disk.snapshot.id.end_offset - disk.start
+        self.applied[node] = _state(disk.snapshot)
         self.nodes[node] = RaftNode(
             node,
             self.voter_ids,
             election=disk.election,
-            entries=list(disk.entries),
+            snapshot=disk.snapshot,
+            entries=disk.entries[skip:],
             timeouts=self.timeouts,
             rng=random.Random(self.rng.random()),
             now_ms=self.now,
@@ -160,19 +184,32 @@ class Simulation:
         if crash_at == "election":
             self.crash(node.id)
             return
+        if ready.install is not None:
+            disk.snapshot = ready.install
+            disk.start, disk.entries = ready.install.id.end_offset, []
+            self.applied[node.id] = _state(ready.install)
+            self.installed += 1
+            self._commit(node, ready.install.id.end_offset)
         if ready.truncate_to is not None:
-            del disk.entries[ready.truncate_to :]
+            if ready.truncate_to < disk.start:
+                self._fail(f"node {node.id} truncates to {ready.truncate_to}, below its log")
+            del disk.entries[ready.truncate_to - disk.start :]
         if ready.entries:
-            if ready.append_from != len(disk.entries):
+            if ready.append_from != disk.start + len(disk.entries):
                 self._fail(
                     f"node {node.id} appends at {ready.append_from}, its disk ends at "
-                    f"{len(disk.entries)}"
+                    f"{disk.start + len(disk.entries)}"
                 )
             if crash_at == "entries":
                 disk.entries.extend(ready.entries[: self.rng.randrange(len(ready.entries))])
                 self.crash(node.id)
                 return
             disk.entries.extend(ready.entries)
+        if ready.delete_before is not None:
+            if disk.snapshot is None or disk.snapshot.id.end_offset < ready.delete_before:
+                self._fail(f"node {node.id} deletes below {ready.delete_before}, unsnapshotted")
+            del disk.entries[: ready.delete_before - disk.start]
+            disk.start = ready.delete_before
         sent = len(ready.messages)
         if crash_at == "messages":
             sent = self.rng.randrange(sent + 1)
@@ -188,12 +225,32 @@ class Simulation:
             known = self.leaders.setdefault(node.epoch, node.id)
             if known != node.id:
                 self._fail(f"two leaders in epoch {node.epoch}: {known} and {node.id}")
-        if tuple(disk.entries) != node.log.read(0, node.log.end_offset):
+        log = node.log
+        on_disk = disk.entries[log.start_offset - disk.start :]
+        if disk.start > log.start_offset or tuple(on_disk) != log.read(log.start_offset, 1 << 30):
             self._fail(f"node {node.id}'s disk differs from its log")
+        self._maybe_snapshot(node)
         # Whatever `advance` made ready (the leader's own commit) is carried out next turn.
 
+    def _maybe_snapshot(self, node: RaftNode) -> None:
+        """Snapshot the state machine now and then, as a controller does every so many bytes;
+        persisted before the core is told, so a crash in between loses nothing."""
+        applied = self.applied[node.id]
+        every = self.snapshot_every
+        if every is None or len(applied) - node.log.start_offset < every:
+            return
+        if self.rng.random() < 0.5:
+            return
+        data = pickle.dumps(tuple(applied))
+        node.take_snapshot(len(applied), data)
+        self.disks[node.id].snapshot = node.snapshot
+
     def _commit(self, node: RaftNode, high_watermark: int) -> None:
-        committed = node.log.read(0, high_watermark)
+        """Apply the entries below the high watermark to the node's state machine, and check
+        that they agree with everything committed anywhere before."""
+        committed = self.applied[node.id]
+        if high_watermark > len(committed):
+            committed.extend(node.log.read(len(committed), high_watermark - len(committed)))
         shared = min(len(committed), len(self.history))
         if list(committed[:shared]) != self.history[:shared]:
             first = next(i for i in range(shared) if committed[i] != self.history[i])

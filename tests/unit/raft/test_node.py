@@ -6,6 +6,8 @@ import heapq
 import random
 from collections.abc import Callable
 
+import pytest
+
 from broker.raft import (
     ElectionState,
     Fetch,
@@ -89,7 +91,9 @@ def test_a_returning_leader_drops_its_uncommitted_tail() -> None:
     sim.heal()
     sim.run(5_000, propose_every_ms=None)
     assert (old.role, old.leader) == (Role.FOLLOWER, new.id)
-    assert old.log.read(0, old.log.end_offset) == new.log.read(0, new.log.end_offset)
+    assert old.log.end_offset == new.log.end_offset
+    start = max(old.log.start_offset, new.log.start_offset)  # snapshots cut logs' starts
+    assert old.log.read(start, 1 << 30) == new.log.read(start, 1 << 30)
     committed = [entry.payload for entry in sim.history]
     assert not [p for p in committed if p.startswith(b"stranded-")], stranded
 
@@ -183,3 +187,45 @@ def test_a_leader_commits_nothing_of_an_older_epoch_by_counting_replicas() -> No
     payloads = [entry.payload for entry in sim.history]
     assert b"X" not in payloads
     assert payloads[-1] == b"after"
+
+
+def test_a_voter_far_behind_catches_up_from_the_leaders_snapshot() -> None:
+    """A voter down while the others commit and snapshot past its log's end comes back to a
+    leader whose log starts after its own ends: it fetches the leader's snapshot in chunks,
+    installs it in place of its log, and catches up from there with the same history."""
+    sim = Simulation(5, voters=3, faults=QUIET, snapshot_every=20)
+    sim.run(3_000)
+    down = next(n for n in sim.live() if n.role is Role.FOLLOWER).id
+    sim.crash(down)
+    sim.run(6_000)
+    leader = sim.leader()
+    assert leader is not None
+    disk = sim.disks[down]
+    assert leader.log.start_offset > disk.start + len(disk.entries), "no snapshot to fetch"
+    assert leader.snapshot is not None
+    assert len(leader.snapshot.data) > sim.timeouts.snapshot_chunk_bytes, "fits one chunk"
+    installed = sim.installed
+    sim.start(down)
+    sim.run(4_000)
+    sim.run(2_000, propose_every_ms=None)
+    assert sim.installed > installed
+    node = sim.nodes[down]
+    assert node is not None
+    assert node.high_watermark == leader.high_watermark
+    high = leader.high_watermark
+    assert sim.applied[down][:high] == sim.applied[leader.id][:high]
+
+
+def test_a_snapshot_must_cover_only_committed_entries_on_disk() -> None:
+    node = RaftNode(1, [1], rng=random.Random(0), now_ms=0)
+    node.tick(2 * TIMEOUTS.election_ms)
+    node.propose([b"a", b"b"], 2 * TIMEOUTS.election_ms)
+    node.ready()
+    with pytest.raises(ValueError, match="high watermark"):
+        node.take_snapshot(2, b"state")  # on disk, not committed yet
+    node.advance(2 * TIMEOUTS.election_ms)
+    node.ready()
+    snapshot_id = node.take_snapshot(2, b"state")
+    assert (snapshot_id.end_offset, snapshot_id.epoch) == (2, 1)
+    assert node.ready().delete_before == 2
+    assert node.log.start_offset == 2
