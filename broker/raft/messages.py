@@ -132,6 +132,9 @@ class FetchReply:
     high_watermark: int
     fetch_offset: int
     """The offset the entries start at (the request's)."""
+    last_fetched_epoch: int = 0
+    """The request's: with `fetch_offset`, which state of the fetcher's log this answers. A
+    reply to an older state (a duplicate, or one overtaken by a truncation) is ignored."""
     entries: tuple[Entry, ...] = ()
     diverging: Diverging | None = None
     snapshot: SnapshotId | None = None

@@ -34,10 +34,12 @@ The rules, as Kafka's `KafkaRaftClient` applies them:
    first entry of its epoch.
 6. A leader that has not been fetched from by a majority for 1.5 fetch timeouts resigns
    (check quorum), and one that resigns tells the voters to elect another (EndQuorumEpoch).
-7. A fetch below the leader's log start, or whose epoch ends where the leader's snapshot does,
-   is answered with the leader's latest snapshot id; the fetcher fetches that snapshot in
-   chunks (FetchSnapshot), installs it in place of its whole log, and fetches on from its end.
-   A snapshot only ever holds committed entries, so installing one commits them.
+7. A fetch below the leader's log start, at the start with another epoch than the snapshot's,
+   or with an older epoch than the snapshot's, is answered with the leader's latest snapshot
+   id; the fetcher fetches that snapshot in chunks (FetchSnapshot), installs it in place of its
+   whole log, and fetches on from its end. A snapshot only ever holds committed entries, so
+   installing one commits them. A reply is acted on only if it answers the fetcher's log as it
+   is now (its fetch offset and last epoch), and no log reply while a snapshot is fetched.
 """
 
 from __future__ import annotations
@@ -126,7 +128,10 @@ class Ready:
     """Persist this election state first, when set."""
     install: Snapshot | None = None
     """Then, when set, persist this snapshot (fetched from the leader), load it into the state
-    machine and drop the whole disk log: it starts again at the snapshot's end."""
+    machine and drop the whole disk log: it starts again at the snapshot's end. It always ends
+    past the node's high watermark. If the driver dies between persisting it and dropping the
+    log, it must find out on restart: a log whose entry before the latest snapshot's end is
+    missing or of another epoch does not continue that snapshot and goes whole."""
     truncate_to: int | None = None
     """Then drop the disk log's entries from this offset on, when set."""
     append_from: int = 0
@@ -485,6 +490,7 @@ class RaftNode:
             leader,
             self.high_watermark,
             request.fetch_offset,
+            request.last_fetched_epoch,
             entries=entries,
             diverging=diverging,
             snapshot=snapshot,
@@ -557,22 +563,26 @@ class RaftNode:
     def _on_fetch_reply(self, reply: FetchReply, now_ms: int) -> None:
         if not self._from_leader(reply, now_ms):
             return
-        if reply.snapshot is not None:
-            # Below the leader's log start: fetch its snapshot, unless that is stale news.
-            fetching = self._snapshot_fetch
-            if (
-                reply.fetch_offset == self.log.end_offset
-                and reply.snapshot.end_offset > self.log.start_offset
-                and (fetching is None or fetching[0] != reply.snapshot)
-            ):
+        fetching = self._snapshot_fetch
+        current = (reply.fetch_offset, reply.last_fetched_epoch) == (
+            self.log.end_offset,
+            self.log.last_epoch,
+        )
+        if not current:
+            pass  # answers a fetch from a log this node no longer has (a duplicate, a retry)
+        elif reply.snapshot is not None:
+            # Below the leader's log start: fetch its snapshot (a newer one than any under way).
+            newer = fetching is None or reply.snapshot > fetching[0]
+            held = max(self.log.start_offset, self.high_watermark)
+            if newer and reply.snapshot.end_offset > held:
                 self._snapshot_fetch = (reply.snapshot, bytearray())
+        elif fetching is not None:
+            pass  # a snapshot is being fetched: it replaces the log, which must wait for it
         elif reply.diverging is not None:
             _, local_end = self.log.end_offset_for_epoch(reply.diverging.epoch)
             end = min(reply.diverging.end_offset, local_end, self.log.end_offset)
             self._truncate(max(end, self.high_watermark))
-        elif reply.fetch_offset == self.log.end_offset:
-            if reply.entries and reply.entries[0].epoch < self.log.last_epoch:
-                return  # an answer to a fetch from before a truncation: fetch again
+        else:
             self._append(reply.entries)
             # The leader checked this log up to the fetch offset; it now matches the leader's
             # up to the end of these entries, and no further is known to match.
@@ -586,8 +596,12 @@ class RaftNode:
         fetching = self._snapshot_fetch
         if fetching is not None and fetching[0] == reply.id:
             snapshot_id, received = fetching
-            if reply.missing:
-                self._snapshot_fetch = None  # the leader has a newer one: fetch to learn it
+            if reply.missing or snapshot_id.end_offset <= max(
+                self.log.start_offset, self.high_watermark
+            ):
+                # The leader has a newer one (fetch to learn it), or this node has come to
+                # hold everything this one does.
+                self._snapshot_fetch = None
             elif reply.position == len(received):
                 received += reply.chunk
                 if len(received) >= reply.size:
@@ -599,6 +613,7 @@ class RaftNode:
         holds only committed entries, so they are committed here too."""
         end = snapshot.id.end_offset
         self._snapshot_fetch = None
+        self._delete_before = None  # the install drops the whole disk log anyway
         self.snapshot = self._install = snapshot
         self.log.reset(snapshot.id)
         self._changed_from = None

@@ -11,7 +11,7 @@ simulation checks Raft's safety properties and fails with the seed and the time:
 
 Each node's state machine is the list of entries it applied. Now and then a node snapshots it
 (`take_snapshot`, every `snapshot_every` entries or so), so logs start past 0 and nodes that
-fall behind catch up from a leader's snapshot, fetched in chunks of a few hundred bytes.
+fall behind catch up from a leader's snapshot, fetched in chunks of 1 KiB.
 
 Crashes happen between steps, and also in the middle of carrying out a `Ready`
 (`Faults.crash_within_ready`), where a real driver may die between its writes.
@@ -54,14 +54,19 @@ class Faults:
     duplicate: float = 0.02
     min_delay_ms: int = 1
     max_delay_ms: int = 40
+    late_copy: float = 0.01
+    """The chance that a message is also delivered once more, `late_copy_ms` later: the
+    retransmission that arrives after its answer has been acted on."""
+    late_copy_ms: tuple[int, int] = (100, 1000)
     crash_every_ms: int = 4000
     """On average; 0: never."""
     partition_every_ms: int = 3000
     """On average, a random link cut or healed; 0: never."""
     crash_within_ready: float = 0.005
     """The chance that a node crashes while its driver carries out a `Ready`: after the
-    election state is persisted, after a prefix of the entries is written (a torn write), or
-    after some of the messages are sent."""
+    election state is persisted, after a fetched snapshot is persisted but before the old log
+    is dropped, after a prefix of the entries is written (a torn write), or after some of the
+    messages are sent."""
 
 
 class Simulation:
@@ -79,7 +84,7 @@ class Simulation:
         self.rng = random.Random(seed)
         self.now = 0
         self.faults = faults
-        self.timeouts = timeouts or QuorumTimeouts(snapshot_chunk_bytes=256)
+        self.timeouts = timeouts or QuorumTimeouts(snapshot_chunk_bytes=1024)
         self.snapshot_every = snapshot_every
         self.applied: dict[int, list[Entry]] = {}
         """Each node's state machine: the entries it applied, in order."""
@@ -103,8 +108,17 @@ class Simulation:
 
     def start(self, node: int) -> None:
         disk = self.disks[node]
-        # Like a driver: load the latest snapshot; the log on disk starts at its end.
-        skip = 0 if disk.snapshot is None else disk.snapshot.id.end_offset - disk.start
+        # Like a driver: load the latest snapshot and keep the log after it, if the log
+        # continues it; one that does not is what an install left when it died halfway.
+        skip = 0
+        if disk.snapshot is not None:
+            end, epoch = disk.snapshot.id.end_offset, disk.snapshot.id.epoch
+            before = end - 1 - disk.start  # the snapshot's last entry, if the log holds it
+            if before >= 0 and not (
+                before < len(disk.entries) and disk.entries[before].epoch == epoch
+            ):
+                disk.start, disk.entries = end, []
+            skip = end - disk.start
         self.applied[node] = _state(disk.snapshot)
         self.nodes[node] = RaftNode(
             node,
@@ -178,7 +192,7 @@ class Simulation:
         disk = self.disks[node.id]
         crash_at = None
         if ready and self.rng.random() < self.faults.crash_within_ready:
-            crash_at = self.rng.choice(("election", "entries", "messages"))
+            crash_at = self.rng.choice(("election", "install", "entries", "messages"))
         if ready.election is not None:
             disk.election = ready.election
         if crash_at == "election":
@@ -186,7 +200,12 @@ class Simulation:
             return
         if ready.install is not None:
             disk.snapshot = ready.install
+            if crash_at == "install":
+                self.crash(node.id)  # the old log is still on disk: `start` must see to it
+                return
             disk.start, disk.entries = ready.install.id.end_offset, []
+            if len(_state(ready.install)) < len(self.applied[node.id]):
+                self._fail(f"node {node.id} installs a snapshot older than its state machine")
             self.applied[node.id] = _state(ready.install)
             self.installed += 1
             self._commit(node, ready.install.id.end_offset)
@@ -208,8 +227,8 @@ class Simulation:
         if ready.delete_before is not None:
             if disk.snapshot is None or disk.snapshot.id.end_offset < ready.delete_before:
                 self._fail(f"node {node.id} deletes below {ready.delete_before}, unsnapshotted")
-            del disk.entries[: ready.delete_before - disk.start]
-            disk.start = ready.delete_before
+            del disk.entries[: max(0, ready.delete_before - disk.start)]
+            disk.start = max(disk.start, ready.delete_before)
         sent = len(ready.messages)
         if crash_at == "messages":
             sent = self.rng.randrange(sent + 1)
@@ -226,6 +245,8 @@ class Simulation:
             if known != node.id:
                 self._fail(f"two leaders in epoch {node.epoch}: {known} and {node.id}")
         log = node.log
+        if node.high_watermark > log.end_offset:
+            self._fail(f"node {node.id}'s high watermark is past its log's end")
         on_disk = disk.entries[log.start_offset - disk.start :]
         if disk.start > log.start_offset or tuple(on_disk) != log.read(log.start_offset, 1 << 30):
             self._fail(f"node {node.id}'s disk differs from its log")
@@ -233,8 +254,9 @@ class Simulation:
         # Whatever `advance` made ready (the leader's own commit) is carried out next turn.
 
     def _maybe_snapshot(self, node: RaftNode) -> None:
-        """Snapshot the state machine now and then, as a controller does every so many bytes;
-        persisted before the core is told, so a crash in between loses nothing."""
+        """Snapshot the state machine now and then, as a controller does every so many bytes.
+        It is persisted before the node's next `Ready` deletes any entry it holds, so no crash
+        loses anything."""
         applied = self.applied[node.id]
         every = self.snapshot_every
         if every is None or len(applied) - node.log.start_offset < every:
@@ -270,8 +292,10 @@ class Simulation:
             copies = 0
         elif self.rng.random() < faults.duplicate:
             copies = 2
-        for _ in range(copies):
-            delay = self.rng.randint(faults.min_delay_ms, faults.max_delay_ms)
+        delays = [self.rng.randint(faults.min_delay_ms, faults.max_delay_ms) for _ in range(copies)]
+        if copies and self.rng.random() < faults.late_copy:
+            delays.append(self.rng.randint(*faults.late_copy_ms))
+        for delay in delays:
             self._sequence += 1
             heapq.heappush(self.queue, (self.now + delay, self._sequence, to, message))
 

@@ -9,20 +9,27 @@ from collections.abc import Callable
 import pytest
 
 from broker.raft import (
+    Diverging,
     ElectionState,
+    Entry,
     Fetch,
     FetchReply,
+    FetchSnapshotReply,
     Message,
     QuorumTimeouts,
     RaftNode,
     Role,
+    Snapshot,
+    SnapshotId,
     Vote,
     VoteReply,
 )
 
 from .sim import Faults, Simulation
 
-QUIET = Faults(drop=0, duplicate=0, crash_every_ms=0, partition_every_ms=0, crash_within_ready=0)
+QUIET = Faults(
+    drop=0, duplicate=0, late_copy=0, crash_every_ms=0, partition_every_ms=0, crash_within_ready=0
+)
 TIMEOUTS = QuorumTimeouts()
 
 
@@ -229,3 +236,42 @@ def test_a_snapshot_must_cover_only_committed_entries_on_disk() -> None:
     assert (snapshot_id.end_offset, snapshot_id.epoch) == (2, 1)
     assert node.ready().delete_before == 2
     assert node.log.start_offset == 2
+
+
+def _follower(entries: int, epoch: int = 1) -> RaftNode:
+    """Node 2 of three, following leader 1 in epoch 2, with `entries` entries of `epoch`."""
+    return RaftNode(
+        2,
+        [1, 2, 3],
+        election=ElectionState(2, None, 1),
+        entries=[Entry(epoch, b"") for _ in range(entries)],
+        rng=random.Random(0),
+        now_ms=0,
+    )
+
+
+def test_a_duplicated_divergence_does_not_truncate_what_was_fetched_since() -> None:
+    """A divergence answers one fetch; a copy of it arriving after the fetcher truncated,
+    fetched and acknowledged more must not truncate again (found in review)."""
+    node = _follower(45)
+    diverged = FetchReply(1, 2, 1, 0, 45, 1, diverging=Diverging(1, 40))
+    node.step(diverged, 10)
+    assert node.log.end_offset == 40
+    node.step(FetchReply(1, 2, 1, 0, 40, 1, entries=(Entry(2, b"x"),) * 10), 20)
+    assert node.log.end_offset == 50
+    node.step(diverged, 30)
+    assert node.log.end_offset == 50
+
+
+def test_a_late_log_reply_does_not_overtake_a_snapshot_being_fetched() -> None:
+    """While a snapshot is fetched, a late copy of an earlier fetch's entries is ignored: the
+    snapshot replaces the log, and the high watermark never passes the log's end."""
+    node = _follower(10)
+    node.step(FetchReply(1, 2, 1, 60, 10, 1, snapshot=SnapshotId(50, 2)), 10)
+    late = FetchReply(1, 2, 1, 190, 10, 1, entries=(Entry(2, b"y"),) * 190)
+    node.step(late, 20)
+    assert (node.log.end_offset, node.high_watermark) == (10, 0)
+    node.step(FetchSnapshotReply(1, 2, 1, SnapshotId(50, 2), 5, 0, b"state"), 30)
+    ready = node.ready()
+    assert ready.install == Snapshot(SnapshotId(50, 2), b"state")
+    assert (node.log.start_offset, node.log.end_offset, node.high_watermark) == (50, 50, 50)

@@ -20,7 +20,9 @@ quorum elects a leader and catches every node up well within this."""
 SETTLE_MS = 2_000
 """Then no more proposals: followers learn the last high watermark within a fetch wait."""
 
-QUIET = Faults(drop=0, duplicate=0, crash_every_ms=0, partition_every_ms=0, crash_within_ready=0)
+QUIET = Faults(
+    drop=0, duplicate=0, late_copy=0, crash_every_ms=0, partition_every_ms=0, crash_within_ready=0
+)
 
 
 def _reproduce(seed: int) -> str:
