@@ -15,13 +15,7 @@ import struct
 from .errors import FrameTooLarge, MalformedInput
 from .primitives import Buffer
 
-__all__ = [
-    "DEFAULT_MAX_REQUEST_BYTES",
-    "GATHER_BYTES",
-    "FrameReader",
-    "encode_frame",
-    "frame_buffer",
-]
+__all__ = ["DEFAULT_MAX_REQUEST_BYTES", "GATHER_BYTES", "FrameReader", "encode_frame"]
 
 DEFAULT_MAX_REQUEST_BYTES = 104_857_600
 """Kafka's default `socket.request.max.bytes` (100 MiB)."""
@@ -36,14 +30,6 @@ def encode_frame(payload: Buffer) -> bytes:
     """Prefix a header-and-body payload with its size."""
     data = bytes(payload)
     return _SIZE.pack(len(data)) + data
-
-
-def frame_buffer(size: int) -> mmap.mmap:
-    """Memory of its own for a gathered frame: anonymous, zeroed by the kernel page by page as
-    the frame lands (where bytearray(size) would write every byte of it first), unmapped once
-    released. Private: a shared anonymous mapping (mmap's default) is backed by shmem, whose
-    page faults and unmapping cost the event loop a quarter of its time under a produce flood."""
-    return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
 
 
 class FrameReader:
@@ -95,8 +81,8 @@ class FrameReader:
     def receive_buffer(self) -> memoryview | None:
         """Where the next bytes may be received in place: the part of the frame being gathered
         that has not arrived yet, or None (hand them to `receive_data`, which keeps what comes
-        after the frame). Report the bytes
-        written there with `received_into` before anything else is asked of the reader."""
+        after the frame). Report the bytes written there with `received_into` before anything
+        else is asked of the reader."""
         frame = self._frame
         if frame is None or self._filled == len(frame):
             return None
@@ -114,35 +100,27 @@ class FrameReader:
             raise ValueError(f"{count} bytes do not fit the frame being gathered")
         self._filled += count
 
-    def gather_size(self) -> int | None:
-        """The size of the buffer `gather` would take for the pending frame, whose size prefix
-        has arrived; None if it would not gather it (under `GATHER_BYTES`, too large, or
-        already all here: it is cut from the shared buffer as usual)."""
+    def gather(self) -> None:
+        """Receive the pending frame, whose size prefix has arrived, into a buffer of its own,
+        allocated now (the caller has reserved its memory). Frames under `GATHER_BYTES`, too
+        large, or already all here are cut from the shared buffer as usual."""
         size = self.pending_frame_size()
         if self._frame is not None or size is None or size < GATHER_BYTES:
-            return None
-        if size > self._max_frame_bytes or len(self._buffer) >= _SIZE.size + size:
-            return None
-        return size
-
-    def gather(self, buffer: mmap.mmap | None = None) -> None:
-        """Receive the pending frame into a buffer of its own: `buffer`, of `gather_size()`
-        bytes, or one allocated now (the caller has reserved its memory). Does nothing when
-        `gather_size()` is None."""
-        size = self.gather_size()
-        if size is None:
             return
-        if buffer is None:
-            buffer = frame_buffer(size)
-        elif len(buffer) != size:
-            raise ValueError(f"a buffer of {len(buffer)} bytes for a frame of {size}")
+        if size > self._max_frame_bytes or len(self._buffer) >= _SIZE.size + size:
+            return
+        # Anonymous memory of its own: zeroed by the kernel page by page as the chunks land,
+        # where bytearray(size) would write every byte of it first; unmapped once released.
+        # Private: a shared anonymous mapping (mmap's default) is backed by shmem, whose page
+        # faults and unmapping cost the event loop a quarter of its time under a produce flood.
+        frame = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
         with memoryview(self._buffer) as view:
             body = view[_SIZE.size :]
-            buffer[: len(body)] = body
+            frame[: len(body)] = body
             self._filled = len(body)
             del body
         self._buffer.clear()
-        self._frame = buffer
+        self._frame = frame
 
     def pending_frame_size(self) -> int | None:
         """The announced size of the next frame, once its prefix has arrived.

@@ -501,30 +501,43 @@ class RaftNode:
     def _on_fetch_snapshot(self, request: FetchSnapshot, now_ms: int) -> None:
         if self.role is not Role.LEADER or request.epoch != self.epoch:
             leader = None if self.role is Role.RESIGNED else self.leader
-            reply = FetchSnapshotReply(
-                self.id, self.epoch, leader, request.id, 0, request.position, rejected=True
-            )
-            self._send(request.sender, reply)
+            self._reply_to_fetch_snapshot(request, leader, rejected=True)
             return
         if request.sender in self.voters:
             self._last_fetch[request.sender] = now_ms
         snapshot = self.snapshot
         if snapshot is None or snapshot.id != request.id:
-            reply = FetchSnapshotReply(
-                self.id, self.epoch, self.id, request.id, 0, request.position, missing=True
-            )
-        else:
-            end = request.position + self._timeouts.snapshot_chunk_bytes
-            chunk = snapshot.data[request.position : end]
-            reply = FetchSnapshotReply(
-                self.id,
-                self.epoch,
-                self.id,
-                request.id,
-                len(snapshot.data),
-                request.position,
-                chunk,
-            )
+            self._reply_to_fetch_snapshot(request, self.id, missing=True)
+            return
+        end = request.position + self._timeouts.snapshot_chunk_bytes
+        self._reply_to_fetch_snapshot(
+            request,
+            self.id,
+            size=len(snapshot.data),
+            chunk=snapshot.data[request.position : end],
+        )
+
+    def _reply_to_fetch_snapshot(
+        self,
+        request: FetchSnapshot,
+        leader: int | None,
+        *,
+        size: int = 0,
+        chunk: bytes = b"",
+        missing: bool = False,
+        rejected: bool = False,
+    ) -> None:
+        reply = FetchSnapshotReply(
+            self.id,
+            self.epoch,
+            leader,
+            request.id,
+            size,
+            request.position,
+            chunk,
+            missing=missing,
+            rejected=rejected,
+        )
         self._send(request.sender, reply)
 
     def _answer_parked(self, now_ms: int, *, why: _Why) -> None:

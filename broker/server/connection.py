@@ -18,17 +18,16 @@ Reading is zero-copy where it pays: a large request, once its memory is reserved
 straight from the socket into a buffer of its own (`FrameReader.receive_buffer`); smaller ones
 arrive through a scratch buffer that the server's connections share (they are read one at a
 time, on the event loop). A thread faults in the pages of a gathered frame just ahead of the
-bytes arriving, and unmaps the frame's buffer once its request is answered (unless something
-still holds a view of it: then it goes with the last view). Under a flood of 8 MiB Produce
-requests, a copy of every byte, a 256 KiB `bytes` per read, the page faults of the fresh memory
-(two fifths of the loop's time) and the unmapping left the event loop this way.
+bytes arriving, and unmaps the frame's buffer once its request is answered (`frame_memory`).
+Under a flood of 8 MiB Produce requests, a copy of every byte, a 256 KiB `bytes` per read, the
+page faults of the fresh memory (two fifths of the loop's time) and the unmapping left the event
+loop this way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import functools
 import logging
 import mmap
@@ -36,11 +35,11 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from broker.protocol import FrameReader, MalformedInput
 
+from . import frame_memory
 from .admission import (
     HEAVY_REQUEST_BYTES,
     MAX_QUEUED_REQUESTS,
@@ -83,37 +82,6 @@ READ_BYTES = 256 * 1024
 
 POPULATE_AHEAD_MAX_BYTES = 4 * 1024 * 1024
 """How far ahead of the bytes arrived the pages of a gathered frame are faulted in, at most."""
-_buffers = ThreadPoolExecutor(1, thread_name_prefix="frame-buffers")
-_MADV_POPULATE_WRITE = 23  # Linux 5.14+
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-
-
-def _populate(buffer: mmap.mmap, start: int, end: int) -> None:
-    """Fault in the pages of `buffer[start:end]` (`start` on a page boundary) in one system
-    call that runs without the GIL, which `mmap.madvise` holds. Where the kernel cannot, the
-    pages fault in as the frame lands, as they otherwise would. The bytes are left as they are:
-    the loop may be reading into the same pages meanwhile."""
-    pages = (ctypes.c_char * (end - start)).from_buffer(buffer, start)
-    try:
-        _libc.madvise(ctypes.addressof(pages), end - start, _MADV_POPULATE_WRITE)
-    finally:
-        del pages  # the buffer must have no exports left when it is released
-
-
-def _let_go(buffer: object) -> None:
-    """Have a gathered request's buffer (the `obj` of the frame's view, once the caller holds
-    no view of it) unmapped on a thread."""
-    if isinstance(buffer, mmap.mmap):
-        _buffers.submit(_unmap, buffer)
-
-
-def _unmap(buffer: mmap.mmap) -> None:
-    """Unmap a gathered request's buffer here, without the GIL, rather than on the event loop
-    when its last reference goes (a tenth of the loop's time under a produce flood). A buffer
-    that something still holds a view of is left to go with that view."""
-    with contextlib.suppress(BufferError):
-        buffer.close()
 
 
 def scratch_buffer() -> bytearray:
@@ -267,8 +235,7 @@ class Connection(asyncio.BufferedProtocol):
             return
         self._populating = True
         self._populated_to = end
-        loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(_buffers, _populate, buffer, start, end)
+        future = frame_memory.populate(buffer, start, end)
         future.add_done_callback(functools.partial(self._populated, buffer, end))
 
     def _populated(self, buffer: mmap.mmap, end: int, future: asyncio.Future[None]) -> None:
@@ -401,7 +368,7 @@ class Connection(asyncio.BufferedProtocol):
                     self.busy = False
                     buffer = frame.obj if isinstance(frame, memoryview) else None
                     del frame
-                    _let_go(buffer)
+                    frame_memory.unmap(buffer)
                     del buffer
                     self._release(reserved)
                 if response is not None:

@@ -99,7 +99,7 @@ FLOOD_P99_LIMIT_MS = 250.0
 flood is this suite's own (what queued.max.request.bytes bounds), and it saturates both cores
 of a 2-core machine by itself: its generator sends 5 GiB as fast as the loopback takes it and
 the broker writes 470-750 MiB/s. Since the loop reads large requests in place (no copy; their
-pages faulted in and unmapped on a thread: `broker.server.connection`), its p99 was 10-50 ms in
+pages faulted in and unmapped on a thread: `broker.server.frame_memory`), its p99 was 10-50 ms in
 most of some 70 runs and over 100 ms in 2 (161 ms at most). The scheduler's switch events, recorded
 system-wide in such runs, show the loop thread runnable and waiting for a core while another
 task held it: the flood's own generator (33 ms), kcompactd (17 ms), an unrelated daemon

@@ -43,6 +43,16 @@ def test_frames_round_trip_whatever_the_chunking(payloads: list[bytes], cuts: li
     assert reader.buffered_bytes == 0
 
 
+def _gather_and_take(reader: FrameReader) -> list[bytes]:
+    """What a server does after each read: gather a large pending frame, take what is whole."""
+    frames = []
+    reader.gather()
+    while (frame := reader.next_frame()) is not None:
+        frames.append(bytes(frame))
+        reader.gather()
+    return frames
+
+
 @given(
     payloads=st.lists(st.binary(max_size=100), max_size=8),
     cuts=st.lists(st.integers(min_value=0), max_size=30),
@@ -61,10 +71,7 @@ def test_gathered_frames_come_out_whatever_the_chunking(
         for chunk in _split(stream, cuts):
             reader.receive_data(chunk)
             assert reader.buffered_bytes <= len(stream)
-            reader.gather()
-            while (frame := reader.next_frame()) is not None:
-                frames.append(bytes(frame))
-                reader.gather()
+            frames += _gather_and_take(reader)
     assert frames == payloads
     assert reader.buffered_bytes == 0
 
@@ -90,17 +97,15 @@ def test_frames_received_in_place_come_out_whatever_the_reads(
                 break
             place = reader.receive_buffer()
             if place is None:
-                chunk = stream[position : position + read]
-                reader.receive_data(chunk)
+                count = min(read, len(stream) - position)
+                reader.receive_data(stream[position : position + count])
             else:
-                count = min(read, len(place), len(stream) - position)
+                assert len(place) <= len(stream) - position  # the rest of one frame, no more
+                count = min(read, len(place))
                 place[:count] = stream[position : position + count]
                 reader.received_into(count)
-            position += len(chunk) if place is None else count
-            reader.gather()
-            while (frame := reader.next_frame()) is not None:
-                frames.append(bytes(frame))
-                reader.gather()
+            position += count
+            frames += _gather_and_take(reader)
     assert frames == payloads
     assert reader.buffered_bytes == 0
 
