@@ -1,6 +1,7 @@
 """The `gregor` console script (the commands are DESIGN.md's contract).
 
-- `gregor broker --config server.properties [--override key=value …]` runs one node.
+- `gregor broker --config server.properties [--override key=value …] [--cluster-id ID]` runs
+  one node.
 - `gregor local up [--brokers N] [--controllers M] [--data-dir DIR] [--port P]` runs a local
   cluster and prints its bootstrap servers.
 - `gregor api-versions` prints the ApiVersions advertisement a node sends: each API it has a
@@ -98,13 +99,15 @@ def _settle_the_heap() -> None:
     gc.freeze()
 
 
-def _run_node(config: BrokerConfig, banner: str | None = None) -> int:
+def _run_node(
+    config: BrokerConfig, banner: str | None = None, *, cluster_id: str | None = None
+) -> int:
     _raise_open_files_limit()
     _return_large_buffers_to_the_system()
     _hand_the_gil_back_sooner()
 
     async def main() -> None:
-        node = Node(config)
+        node = Node(config, cluster_id=cluster_id)
         node.banner = banner
         await node.run_until_signalled(started=_settle_the_heap)
 
@@ -114,7 +117,7 @@ def _run_node(config: BrokerConfig, banner: str | None = None) -> int:
 
 def _broker(args: argparse.Namespace) -> int:
     config = BrokerConfig.load(Path(args.config), _overrides(args.override))
-    return _run_node(config)
+    return _run_node(config, cluster_id=args.cluster_id)
 
 
 def _local_up(args: argparse.Namespace) -> int:
@@ -152,6 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument("--config", required=True, help="path to server.properties")
     broker.add_argument(
         "--override", action="append", default=[], metavar="KEY=VALUE", help="override a property"
+    )
+    broker.add_argument(
+        "--cluster-id",
+        help="format empty log dirs for this cluster (as `kafka-storage format -t`): every node "
+        "of a cluster needs the same one; log dirs of another cluster are refused",
     )
     broker.set_defaults(run=_broker)
 

@@ -206,6 +206,20 @@ class BrokerConfig:
     """`log.cleaner.dedupe.buffer.size`: the memory one round's offset map may take (128 MiB,
     about a million keys); a log with more distinct keys in its dirty range is cleaned over
     several rounds."""
+    controller_quorum_election_timeout_ms: int = 1000
+    """`controller.quorum.election.timeout.ms`: without a leader this long (plus up to as much
+    again at random), a voter campaigns."""
+    controller_quorum_fetch_timeout_ms: int = 2000
+    """`controller.quorum.fetch.timeout.ms`: a follower whose leader is silent this long
+    campaigns."""
+    controller_quorum_election_backoff_max_ms: int = 1000
+    controller_quorum_request_timeout_ms: int = 2000
+    metadata_log_max_record_bytes_between_snapshots: int = 20_971_520
+    """`metadata.log.max.record.bytes.between.snapshots`: records applied since the last
+    snapshot before the next is written (and the log below it deleted)."""
+    metadata_log_segment_bytes: int = 1_073_741_824
+    metadata_log_dir: Path | None = None
+    """`metadata.log.dir`: where `__cluster_metadata-0` lives (default: the first log dir)."""
     metrics_listener: tuple[str, int] | None = None
     """`gregor.metrics.listener` (Gregor's own name, so it cannot clash with Kafka's): host and
     port of the Prometheus endpoint, written `http://0.0.0.0:9404` (the port Strimzi reserves
@@ -297,6 +311,9 @@ class BrokerConfig:
                     ",".join(map(str, self.advertised_listeners)),
                     f"{listener.name} is not in listeners",
                 )
+        voters = ",".join(
+            f"{node}@{host}:{port}" for node, (host, port) in self.controller_quorum_voters.items()
+        )
         if "controller" in self.process_roles:
             if not self.controller_quorum_voters:
                 # Combined mode on one node: the node is the only voter.
@@ -304,9 +321,23 @@ class BrokerConfig:
             elif self.node_id not in self.controller_quorum_voters:
                 raise InvalidConfig(
                     "controller.quorum.voters",
-                    self.controller_quorum_voters,
+                    voters,
                     f"node.id {self.node_id} has the controller role but is not a voter",
                 )
+            elif len(self.controller_quorum_voters) > 1 and not (
+                set(self.controller_listener_names) & names
+            ):
+                raise InvalidConfig(
+                    "controller.listener.names",
+                    ",".join(self.controller_listener_names),
+                    "a voter of a quorum needs one of listeners to be its controller listener",
+                )
+        elif not self.controller_quorum_voters:
+            raise InvalidConfig(
+                "controller.quorum.voters",
+                "",
+                "a node without the controller role must be told where the controllers are",
+            )
         if not self.log_dirs:
             raise InvalidConfig("log.dirs", "", "at least one directory is required")
         if self.default_replication_factor < 1:
@@ -389,6 +420,19 @@ _BROKER: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "log.cleaner.enable": ("log_cleaner_enable", _bool),
     "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", _int(0)),
     "log.cleaner.dedupe.buffer.size": ("log_cleaner_dedupe_buffer_size", _int(1)),
+    "controller.quorum.election.timeout.ms": ("controller_quorum_election_timeout_ms", _int(1)),
+    "controller.quorum.fetch.timeout.ms": ("controller_quorum_fetch_timeout_ms", _int(1)),
+    "controller.quorum.election.backoff.max.ms": (
+        "controller_quorum_election_backoff_max_ms",
+        _int(1),
+    ),
+    "controller.quorum.request.timeout.ms": ("controller_quorum_request_timeout_ms", _int(1)),
+    "metadata.log.max.record.bytes.between.snapshots": (
+        "metadata_log_max_record_bytes_between_snapshots",
+        _int(1),
+    ),
+    "metadata.log.segment.bytes": ("metadata_log_segment_bytes", _int(8 * 1024 * 1024)),
+    "metadata.log.dir": ("metadata_log_dir", lambda k, v: Path(v.strip()) if v.strip() else None),
     "gregor.metrics.listener": ("metrics_listener", _http_listener),
 }
 

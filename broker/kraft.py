@@ -1,10 +1,16 @@
-"""The node's KRaft driver: decisions become committed records, records become state.
+"""The node's metadata: the controller's decisions committed through the Raft quorum, and the
+image every node builds from the committed log.
 
-`propose(decide)` runs a controller decision against the current image, commits the records it
-returns to the metadata log and applies them to the image, then tells the subscribers (the
-replica manager) what changed, and only then returns the decision's result — so an admin
-request is answered after its records are committed, as in Kafka. Proposals are serialised:
-each one sees the image its predecessor left.
+`propose(decide)` runs a controller decision against the image, as the active controller, and
+returns its result once the records it wrote are committed by the quorum and applied here, so
+an admin request is answered after its records are committed, as in Kafka. Proposals are
+serialised: each one sees the image its predecessor left.
+
+This class is also the quorum's state machine (`StateMachine`): the driver hands it every
+committed entry, and it applies it to the image and tells the subscribers (the replica manager,
+the connection limits) what changed. A subscriber that fails — a log dir that went offline, no
+descriptors left — is logged and kept in `load_failures`, never raised into the commit: the
+image stays the committed state whatever this node could do with it.
 """
 
 from __future__ import annotations
@@ -12,11 +18,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from broker.config import SECURITY_PROTOCOL_IDS, BrokerConfig
-from broker.metadata import MetadataImage, MetadataLog, MetadataRecord, QuorumController
+from broker.metadata import MetadataImage, MetadataRecord, QuorumController
 from broker.metadata.configs import ResolvedConfig, log_config, resolve_topic_configs
 from broker.metadata.image import BROKER_RESOURCE, Change
 from broker.metadata.records import (
@@ -24,10 +30,14 @@ from broker.metadata.records import (
     FeatureLevelRecord,
     RegisterBrokerRecord,
     UnfenceBrokerRecord,
+    decode_record,
+    encode_record,
 )
+from broker.quorum import NotController, QuorumDriver, QuorumStore
+from broker.raft import QuorumTimeouts
 from broker.storage import LogConfig
 
-__all__ = ["METADATA_VERSION", "MetadataService"]
+__all__ = ["METADATA_VERSION", "MetadataService", "NotController"]
 
 log = logging.getLogger(__name__)
 
@@ -38,81 +48,178 @@ METADATA_VERSION = 21
 
 
 class MetadataService:
-    def __init__(self, config: BrokerConfig, clock: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        clock: Callable[[], int],
+        *,
+        cluster_id: str,
+        steady_clock: Callable[[], int],
+        controller_endpoint: tuple[str, str, int] | None = None,
+    ) -> None:
         self.config = config
         self._clock = clock
         self.image = MetadataImage()
-        self.log = MetadataLog(config.log_dirs[0], config.node_id, now_ms=clock())
         self.controller = QuorumController(
             self.image,
             num_partitions=config.num_partitions,
             replication_factor=config.default_replication_factor,
         )
         self.subscribers: list[Callable[[Change], None]] = []
+        self.load_failures: list[str] = []
+        """What this node failed to act on locally (see the module docstring)."""
         self._lock = asyncio.Lock()
         self.broker_epoch = -1
-
-    def replay(self) -> None:
-        """Rebuild the image from the committed log (before anything subscribes)."""
-        count = 0
-        for offset, record in self.log.replay():
-            self.image.apply(record, offset)
-            count += 1
-        log.info(
-            "metadata replayed: %d records, %d topics, leader epoch %d",
-            count,
-            len(self.image.topics),
-            self.log.epoch,
+        # Without `controller.quorum.voters`, a combined node is the only voter (`make run`).
+        voters = config.controller_quorum_voters or {config.node_id: ("localhost", 0)}
+        store = QuorumStore(
+            config.metadata_log_dir or config.log_dirs[0],
+            tuple(sorted(voters)),
+            segment_bytes=config.metadata_log_segment_bytes,
+            now_ms=clock(),
         )
+        self.driver = QuorumDriver(
+            config.node_id,
+            voters,
+            store,
+            self,
+            cluster_id=cluster_id,
+            clock=steady_clock,
+            wall_clock=clock,
+            timeouts=QuorumTimeouts(
+                election_ms=config.controller_quorum_election_timeout_ms,
+                fetch_ms=config.controller_quorum_fetch_timeout_ms,
+                election_backoff_max_ms=config.controller_quorum_election_backoff_max_ms,
+                request_ms=config.controller_quorum_request_timeout_ms,
+            ),
+            snapshot_bytes=config.metadata_log_max_record_bytes_between_snapshots,
+            endpoint=controller_endpoint,
+        )
+        self.driver.on_leadership = self._on_leadership
+        self._endpoints: dict[str, tuple[str, int]] | None = None
+        self._registering: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Join the quorum and wait until the committed log is applied to the image (before
+        anything subscribes)."""
+        await self.driver.start()
+        await self.driver.wait_caught_up()
+        log.info(
+            "metadata caught up to offset %d: %d topics, %d brokers, epoch %d",
+            self.driver.applied,
+            len(self.image.topics),
+            len(self.image.brokers),
+            self.driver.epoch,
+        )
+
+    @property
+    def is_active_controller(self) -> bool:
+        return self.driver.is_active
 
     async def propose(
         self, decide: Callable[[QuorumController], tuple[Sequence[MetadataRecord], T]]
     ) -> T:
+        """Raises `NotController` on a node that is not the active controller."""
         async with self._lock:
+            if not self.driver.is_active:
+                raise NotController(self.driver.leader)
             records, result = decide(self.controller)
-            self.commit(records)
+            if records:
+                await self.driver.propose([encode_record(r) for r in records])
             return result
 
-    def commit(self, records: Sequence[MetadataRecord]) -> None:
-        if not records:
+    # -- the quorum's state machine ----------------------------------------------------------
+
+    def apply(self, offset: int, payload: bytes) -> None:
+        try:
+            record = decode_record(payload)
+            change = self.image.apply(record, offset)
+        except Exception as exc:
+            log.exception("metadata record at offset %d not applied", offset)
+            self.load_failures.append(f"offset {offset}: {exc}")
             return
-        first = self.log.append(records, self._clock())
-        for i, record in enumerate(records):
-            change = self.image.apply(record, first + i)
-            if change is not None:
-                for subscriber in self.subscribers:
-                    subscriber(change)
+        if change is not None:
+            self._notify(change)
+
+    def load(self, payloads: Sequence[bytes], end_offset: int) -> None:
+        records = [decode_record(payload) for payload in payloads]
+        for change in self.image.load(records, end_offset - 1):
+            self._notify(change)
+
+    def snapshot(self) -> Iterable[bytes]:
+        return [encode_record(record) for record in self.image.snapshot_records()]
+
+    def _notify(self, change: Change) -> None:
+        for subscriber in self.subscribers:
+            try:
+                subscriber(change)
+            except Exception as exc:
+                log.exception("this node failed to act on %s", change)
+                self.load_failures.append(f"{change}: {exc}")
+
+    # -- this node as a broker -----------------------------------------------------------------
 
     async def register_broker(self, endpoints: dict[str, tuple[str, int]]) -> None:
-        """Register this node (its listeners and rack) and unfence it: the single-node
-        shortcut of KRaft's registration + heartbeat handshake."""
-        records: list[MetadataRecord] = []
-        if "metadata.version" not in self.image.features:
-            records.append(FeatureLevelRecord("metadata.version", METADATA_VERSION))
-        self.broker_epoch = self.log.end_offset + len(records)
-        records.append(
-            RegisterBrokerRecord(
-                broker_id=self.config.node_id,
-                incarnation_id=uuid.uuid4(),
-                broker_epoch=self.broker_epoch,
-                end_points=tuple(
-                    BrokerEndpoint(
-                        name,
-                        host,
-                        port,
-                        SECURITY_PROTOCOL_IDS.get(
-                            self.config.listener_security_protocol_map.get(name, name), 0
-                        ),
-                    )
-                    for name, (host, port) in sorted(endpoints.items())
-                ),
-                rack=self.config.broker_rack,
-                fenced=True,
+        """Register this node (its listeners and rack) and unfence it. The active controller
+        registers itself at once; another node registers when it becomes the active
+        controller (registration through the active controller, BrokerRegistration, is the
+        next step of the quorum work)."""
+        if "broker" not in self.config.process_roles:
+            return
+        self._endpoints = endpoints
+        if self.driver.is_active:
+            await self._register()
+        else:
+            log.warning(
+                "node %d is not the active controller: it registers as a broker once it is",
+                self.config.node_id,
             )
-        )
-        records.append(UnfenceBrokerRecord(self.config.node_id, self.broker_epoch))
+
+    def _on_leadership(self, active: bool) -> None:
+        if not active or self._endpoints is None or "broker" not in self.config.process_roles:
+            return
+        if self._registering is None or self._registering.done():
+            self._registering = asyncio.get_running_loop().create_task(self._register())
+
+    async def _register(self) -> None:
+        endpoints = self._endpoints
+        assert endpoints is not None
         async with self._lock:
-            self.commit(records)
+            if not self.driver.is_active:
+                return
+            records: list[MetadataRecord] = []
+            if "metadata.version" not in self.image.features:
+                records.append(FeatureLevelRecord("metadata.version", METADATA_VERSION))
+            # The broker epoch is the offset of the registration record (as in Kafka).
+            first = self.driver.end_offset
+            broker_epoch = first + len(records)
+            records.append(
+                RegisterBrokerRecord(
+                    broker_id=self.config.node_id,
+                    incarnation_id=uuid.uuid4(),
+                    broker_epoch=broker_epoch,
+                    end_points=tuple(
+                        BrokerEndpoint(
+                            name,
+                            host,
+                            port,
+                            SECURITY_PROTOCOL_IDS.get(
+                                self.config.listener_security_protocol_map.get(name, name), 0
+                            ),
+                        )
+                        for name, (host, port) in sorted(endpoints.items())
+                    ),
+                    rack=self.config.broker_rack,
+                    fenced=True,
+                )
+            )
+            records.append(UnfenceBrokerRecord(self.config.node_id, broker_epoch))
+            try:
+                await self.driver.propose([encode_record(r) for r in records], first_offset=first)
+            except NotController:
+                log.warning("node %d lost leadership while registering", self.config.node_id)
+                return
+            self.broker_epoch = broker_epoch
 
     @property
     def broker_dynamic_configs(self) -> dict[str, str]:
@@ -139,5 +246,14 @@ class MetadataService:
         """The storage settings of `topic`: its own, over dynamic and static broker ones."""
         return log_config(self.resolved_topic_configs(self.image.topic_config(topic)))
 
-    def close(self) -> None:
-        self.log.close(self._clock())
+    async def resign(self) -> None:
+        """Hand the active controller's role to another voter (a controlled shutdown's first
+        step): the quorum elects a successor while this node winds down."""
+        await self.driver.resign()
+
+    async def close(self) -> None:
+        """Resign leadership, if held, so the voters elect another at once; then stop."""
+        if self._registering is not None:
+            self._registering.cancel()
+            await asyncio.gather(self._registering, return_exceptions=True)
+        await self.driver.stop()

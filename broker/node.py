@@ -23,6 +23,7 @@ from broker.groups.persistence import LogGroupLog
 from broker.groups.service import GroupService
 from broker.handlers import NodeState, build_dispatcher
 from broker.handlers.context import OFFSETS_TOPIC, Endpoint, steady_clock_ms, wall_clock_ms
+from broker.handlers.quorum import build_controller_dispatcher
 from broker.kraft import MetadataService
 from broker.metadata import BROKER_RESOURCE, ConfigChanged, MetadataImage, PartitionChanged
 from broker.metadata.image import Change
@@ -107,6 +108,8 @@ class Node:
         self.clock = wall_clock_ms
         self.metadata: MetadataService | None = None
         self.server: BrokerServer | None = None
+        self.controller_server: BrokerServer | None = None
+        """The controller listener: the metadata quorum's requests, when this node votes."""
         self.state: NodeState | None = None
         self.groups: GroupService | None = None
         self.replicas: ReplicaManager | None = None
@@ -125,8 +128,20 @@ class Node:
             self.logs.lock()
         except StorageError as exc:
             raise NodeError(str(exc)) from None
-        metadata = self.metadata = MetadataService(self.config, self.clock)
-        metadata.replay()
+        metadata = self.metadata = MetadataService(
+            self.config,
+            self.clock,
+            cluster_id=self.cluster_id,
+            steady_clock=steady_clock_ms(),
+            controller_endpoint=self._controller_endpoint(),
+        )
+        if self._controller_endpoint() is not None:
+            # The quorum must be reachable before this node waits for it.
+            self.controller_server = BrokerServer(
+                self.config, build_controller_dispatcher(metadata), controller=True
+            )
+            await self.controller_server.start()
+        await metadata.start()
         image = metadata.image
         self.logs.startup(
             now_ms=now, configs={name: metadata.topic_log_config(name) for name in image.topics}
@@ -179,6 +194,17 @@ class Node:
             )
         return bound
 
+    def _controller_endpoint(self) -> tuple[str, str, int] | None:
+        """This voter's controller listener (name, host, port), as `controller.quorum.voters`
+        advertises it; None on a node that does not vote, or votes alone without one."""
+        config = self.config
+        if "controller" not in config.process_roles:
+            return None
+        voter = config.controller_quorum_voters.get(config.node_id)
+        if voter is None or not config.controller_listener_names:
+            return None
+        return (config.controller_listener_names[0], voter[0], voter[1])
+
     def _follow_connection_limits(self, change: Change) -> None:
         if isinstance(change, ConfigChanged) and change.resource_type == BROKER_RESOURCE:
             self._apply_connection_limits()
@@ -224,9 +250,11 @@ class Node:
         """Start the Prometheus endpoint before the Kafka listeners, so a port that is taken
         stops the node before any client is served."""
         roles = self.config.process_roles
-        # One node, one voter: a node with the controller role is the active controller.
+        metadata = self.metadata
+        assert metadata is not None
         metrics = self.metrics = BrokerMetrics(
-            replicas, active_controller=lambda: "controller" in roles
+            replicas,
+            active_controller=lambda: "controller" in roles and metadata.is_active_controller,
         )
         replicas.on_append = metrics.appended
         self._metrics_endpoint = MetricsEndpoint(metrics.registry, host, port)
@@ -263,6 +291,8 @@ class Node:
         return {key: p.high_watermark for key, p in self.state.replicas.partitions.items()}
 
     async def stop(self) -> None:
+        if self.metadata is not None:
+            await self.metadata.resign()
         for task in (self._cleaner, self._housekeeping):
             if task is not None:
                 task.cancel()
@@ -275,7 +305,9 @@ class Node:
             await self.groups.stop()
         self.logs.shutdown(now_ms=self.clock())
         if self.metadata is not None:
-            self.metadata.close()
+            await self.metadata.close()
+        if self.controller_server is not None:
+            await self.controller_server.stop()
 
     async def run_until_signalled(self, started: Callable[[], None] | None = None) -> None:
         """Start, call `started` once it serves, serve until SIGTERM or SIGINT, then stop

@@ -4,6 +4,7 @@ body out. Handlers hold no sockets; they read and change the node's state."""
 from __future__ import annotations
 
 from broker.protocol import ApiKey, ErrorCode
+from broker.quorum import NotController
 from broker.server import Dispatcher, Handler
 from broker.storage import LogOffline, StorageError
 
@@ -50,7 +51,10 @@ advertisement. `build_dispatcher` refuses to build a dispatcher whose handlers d
 
 def classify_error(exc: Exception) -> ErrorCode:
     """A log dir that failed under a handler is the client's KAFKA_STORAGE_ERROR (retriable: a
-    replica elsewhere may serve it), anything else our bug: UNKNOWN_SERVER_ERROR."""
+    replica elsewhere may serve it), an admin write on a node that is not the active controller
+    NOT_CONTROLLER (retriable), anything else our bug: UNKNOWN_SERVER_ERROR."""
+    if isinstance(exc, NotController):
+        return ErrorCode.not_controller
     if isinstance(exc, StorageError | LogOffline | OSError):
         return ErrorCode.kafka_storage_error
     return ErrorCode.unknown_server_error

@@ -47,7 +47,7 @@ class DescribeCluster:
             error_message=None,
             endpoint_type=1,
             cluster_id=self._state.cluster_id,
-            controller_id=self._state.node_id,
+            controller_id=self._state.controller_id,
             brokers=brokers,
             cluster_authorized_operations=CLUSTER_OPERATIONS
             if getattr(request, "include_cluster_authorized_operations", False)

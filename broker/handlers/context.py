@@ -131,6 +131,17 @@ class NodeState:
     def node_id(self) -> int:
         return self.config.node_id
 
+    @property
+    def controller_id(self) -> int:
+        """What Metadata and DescribeCluster name as the controller: the active controller
+        when it is a live broker clients can reach, else this node (admin writes sent here
+        are answered NOT_CONTROLLER until brokers forward them)."""
+        leader = self.metadata.driver.leader
+        broker = None if leader is None else self.metadata.image.brokers.get(leader)
+        if broker is not None and not broker.fenced:
+            return broker.broker_id
+        return self.node_id
+
     def current_leader(self, topic: str, partition: int, listener: str) -> CurrentLeader:
         image = self.metadata.image
         found = image.topics.get(topic)

@@ -105,7 +105,7 @@ class Handler:
             throttle_time=NO_THROTTLE,
             brokers=brokers,
             cluster_id=state.cluster_id,
-            controller_id=state.node_id,
+            controller_id=state.controller_id,
             topics=tuple(topics),
             error_code=ErrorCode.none,
             cluster_authorized_operations=CLUSTER_OPERATIONS

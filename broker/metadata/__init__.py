@@ -1,7 +1,8 @@
 """Cluster metadata: the KRaft record log, the image it builds, and the controller's decisions.
 
-What it owns: `__cluster_metadata` (records in Kafka's format), the deterministic state machine
-that replays it, and the pure rules that turn admin requests into records. What it must never
+What it owns: the metadata records (in Kafka's format), the deterministic state machine that
+replays them, and the pure rules that turn admin requests into records. The log itself and its
+quorum are `broker.raft` (the core) and `broker.quorum` (its driver and files). What it must never
 do: touch sockets or asyncio, or read a clock (time and ids are arguments).
 """
 
@@ -9,6 +10,7 @@ from .configs import ConfigSource, ConfigType, resolve_topic_configs
 from .controller import ConfigOp, Outcome, QuorumController, TopicRequest, TopicResult
 from .image import (
     BROKER_RESOURCE,
+    CLUSTER_METADATA_TOPIC,
     TOPIC_RESOURCE,
     ConfigChanged,
     MetadataImage,
@@ -17,19 +19,17 @@ from .image import (
     TopicRemoved,
     TopicState,
 )
-from .quorum import METADATA_TOPIC, MetadataLog
 from .records import MetadataRecord
 
 __all__ = [
     "BROKER_RESOURCE",
-    "METADATA_TOPIC",
+    "CLUSTER_METADATA_TOPIC",
     "TOPIC_RESOURCE",
     "ConfigChanged",
     "ConfigOp",
     "ConfigSource",
     "ConfigType",
     "MetadataImage",
-    "MetadataLog",
     "MetadataRecord",
     "Outcome",
     "PartitionChanged",

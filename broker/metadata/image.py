@@ -125,6 +125,63 @@ class MetadataImage:
         self.next_producer_id = 0
         self.offset = -1
         """Offset of the last record applied."""
+        self._registrations: dict[int, RegisterBrokerRecord] = {}
+        self._producer_ids: ProducerIdsRecord | None = None
+
+    def snapshot_records(self) -> list[MetadataRecord]:
+        """The whole image as records: replayed into an empty image, they rebuild this one
+        (what a snapshot holds, KIP-630)."""
+        records: list[MetadataRecord] = [
+            FeatureLevelRecord(name, level) for name, level in sorted(self.features.items())
+        ]
+        for broker_id in sorted(self._registrations):
+            registration = self._registrations[broker_id]
+            fenced = self.brokers[broker_id].fenced
+            records.append(replace(registration, fenced=fenced))
+        for topic in self.topics.values():
+            records.append(TopicRecord(topic.name, topic.topic_id))
+            for index, p in sorted(topic.partitions.items()):
+                records.append(
+                    PartitionRecord(
+                        partition_id=index,
+                        topic_id=topic.topic_id,
+                        replicas=p.replicas,
+                        isr=p.isr,
+                        leader=p.leader,
+                        leader_epoch=p.leader_epoch,
+                        partition_epoch=p.partition_epoch,
+                    )
+                )
+        for (resource_type, resource_name), entries in sorted(self.configs.items()):
+            for name, value in sorted(entries.items()):
+                records.append(ConfigRecord(resource_type, resource_name, name, value))
+        if self._producer_ids is not None:
+            records.append(self._producer_ids)
+        return records
+
+    def load(self, records: list[MetadataRecord], offset: int) -> list[Change]:
+        """Replace the whole image with the one `records` build (a snapshot of the log up to
+        `offset`), in place: holders of this image see the new state. Returns what changed
+        for the broker side: every topic gone, every partition and config as it is now."""
+        new = MetadataImage()
+        for record in records:
+            new.apply(record, offset)
+        changes: list[Change] = [
+            TopicRemoved(topic)
+            for name, topic in self.topics.items()
+            if name not in new.topics or new.topics[name].topic_id != topic.topic_id
+        ]
+        config_keys = set(self.configs) | set(new.configs)
+        self.topics, self.topics_by_id = new.topics, new.topics_by_id
+        self.configs, self.brokers, self.features = new.configs, new.brokers, new.features
+        self.next_producer_id = new.next_producer_id
+        self._registrations, self._producer_ids = new._registrations, new._producer_ids
+        self.offset = offset
+        for topic in self.topics.values():
+            for index, state in sorted(topic.partitions.items()):
+                changes.append(PartitionChanged(topic, index, state))
+        changes.extend(ConfigChanged(kind, name) for kind, name in sorted(config_keys))
+        return changes
 
     def topic_config(self, topic: str) -> dict[str, str]:
         """The topic's own settings (not the broker defaults under them)."""
@@ -178,6 +235,7 @@ class MetadataImage:
                 del self.configs[key]
             return ConfigChanged(record.resource_type, record.resource_name)
         if isinstance(record, RegisterBrokerRecord):
+            self._registrations[record.broker_id] = record
             self.brokers[record.broker_id] = BrokerState(
                 broker_id=record.broker_id,
                 epoch=record.broker_epoch,
@@ -191,6 +249,7 @@ class MetadataImage:
             self.brokers[record.id] = replace(broker, fenced=False)
             return None
         if isinstance(record, ProducerIdsRecord):
+            self._producer_ids = record
             self.next_producer_id = record.next_producer_id
             return None
         if isinstance(record, FeatureLevelRecord):

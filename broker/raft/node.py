@@ -210,7 +210,13 @@ class RaftNode:
         self._last_fetch: dict[int, int] = {}
         self._parked: dict[int, tuple[Fetch, int]] = {}
         """Leader: fetches with nothing to return yet, by fetcher, with their deadlines."""
-        if election.leader == node_id:
+        self._fetchers: dict[int, tuple[int, int]] = {}
+        """Leader: each fetcher's (fetch offset, time of its last fetch) in this epoch, for
+        DescribeQuorum; observers included."""
+        if self.voters == {node_id}:
+            # The only voter needs nobody's vote: it campaigns at once, as Kafka's does.
+            self._become(Role.PROSPECTIVE, now_ms)
+        elif election.leader == node_id:
             self._become(Role.RESIGNED, now_ms)
         elif election.leader is not None:
             self._become(Role.FOLLOWER, now_ms)
@@ -230,6 +236,19 @@ class RaftNode:
     @property
     def is_voter(self) -> bool:
         return self.id in self.voters
+
+    @property
+    def epoch_start(self) -> int:
+        """Leader: the offset of its first entry of this epoch. Entries below it are all
+        applied once the high watermark passes it."""
+        return self._epoch_start
+
+    def progress(self, now_ms: int) -> dict[int, tuple[int, int]]:
+        """Leader: each fetcher's (fetch offset, time of its last fetch in ms) in this epoch,
+        itself included (its log end on disk, now); empty elsewhere."""
+        if self.role is not Role.LEADER:
+            return {}
+        return self._fetchers | {self.id: (self._persisted_end, now_ms)}
 
     @property
     def _majority(self) -> int:
@@ -434,6 +453,7 @@ class RaftNode:
             return
         if request.sender in self.voters:
             self._last_fetch[request.sender] = now_ms
+        self._fetchers[request.sender] = (request.fetch_offset, now_ms)
         found = self._validate(request)
         if isinstance(found, SnapshotId):
             self._reply_to_fetch(request, self.id, snapshot=found)
@@ -662,6 +682,7 @@ class RaftNode:
             self._epoch_start = self.log.end_offset
             self._acknowledged = {self.id: self._persisted_end}
             self._last_fetch = {self.id: now_ms}
+            self._fetchers = {}
             self._leader_deadline = now_ms
             self._append([Entry(self.epoch, b"", control=True)])
             for voter in sorted(self.voters - {self.id}):

@@ -33,9 +33,14 @@ class BoundListener:
 
 
 class BrokerServer:
-    def __init__(self, config: BrokerConfig, dispatcher: Dispatcher) -> None:
+    def __init__(
+        self, config: BrokerConfig, dispatcher: Dispatcher, *, controller: bool = False
+    ) -> None:
+        """Serves the client and inter-broker listeners, or (`controller`) the controller
+        listeners (`controller.listener.names`) with their own handlers."""
         self._config = config
         self._dispatcher = dispatcher
+        self._controller = controller
         self._servers: list[asyncio.Server] = []
         self._connections: set[Connection] = set()
         self._scratch = scratch_buffer()
@@ -56,7 +61,7 @@ class BrokerServer:
     async def start(self) -> list[BoundListener]:
         loop = asyncio.get_running_loop()
         for listener in self._config.listeners:
-            if listener.name in self._config.controller_listener_names:
+            if (listener.name in self._config.controller_listener_names) != self._controller:
                 continue
             server = await loop.create_server(
                 lambda listener=listener: self._connection(listener),

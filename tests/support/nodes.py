@@ -1,7 +1,8 @@
 """Real `gregor broker` processes for integration tests.
 
-What it owns: writing a single-node `server.properties` on a temporary directory, starting
-`gregor broker` on a free port and waiting until it listens, stopping it (SIGTERM) or killing it
+What it owns: writing a single-node `server.properties` on a temporary directory (or three
+for a quorum of combined nodes), starting `gregor broker` on a free port and waiting until it
+listens, stopping it (SIGTERM) or killing it
 (SIGKILL), and a start that must be refused. The broker's output goes to `broker.log` next to
 its data, never to a pipe nobody drains (a full pipe would stall the broker mid-test).
 """
@@ -19,7 +20,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["RunningNode", "free_port", "refused_start", "run_node", "start_node"]
+__all__ = [
+    "QUORUM_CLUSTER_ID",
+    "RunningNode",
+    "free_port",
+    "refused_start",
+    "run_node",
+    "spawn_node",
+    "start_node",
+    "start_quorum",
+    "wait_listening",
+]
 
 
 def free_port() -> int:
@@ -33,6 +44,14 @@ class RunningNode:
     process: subprocess.Popen[str]
     port: int
     config: Path
+    controller_port: int | None = None
+    cluster_id: str | None = None
+
+    def restart(self) -> None:
+        """Start the node again on the same directory and settings (after a stop or kill);
+        returns without waiting for it to serve."""
+        assert self.process.poll() is not None, "the node is still running"
+        self.process = _popen(self.config, None, self.cluster_id)
 
     @property
     def bootstrap(self) -> str:
@@ -73,32 +92,114 @@ def start_node(
         "offsets.topic.num.partitions": "5",
         "group.initial.rebalance.delay.ms": "0",
     } | (extra or {})
+    node = spawn_node(tmp, properties, port, open_files=open_files)
+    wait_listening(node)
+    return node
+
+
+def spawn_node(
+    tmp: Path,
+    properties: dict[str, str],
+    port: int,
+    *,
+    open_files: int | None = None,
+    cluster_id: str | None = None,
+    controller_port: int | None = None,
+) -> RunningNode:
+    """Start `gregor broker` with `properties` written to `tmp/server.properties`, without
+    waiting for it (a node of a quorum listens for clients only once the quorum has formed)."""
     config = tmp / "server.properties"
     config.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
+    node = RunningNode(
+        _popen(config, open_files, cluster_id), port, config, controller_port, cluster_id
+    )
+    return node
+
+
+def _popen(config: Path, open_files: int | None, cluster_id: str | None) -> subprocess.Popen[str]:
     command = [sys.executable, "-m", "broker.cli", "broker", "--config", str(config)]
+    if cluster_id is not None:
+        command += ["--cluster-id", cluster_id]
     if open_files is not None:
         # util-linux's prlimit sets the limits and execs the broker (same process).
         command = ["prlimit", f"--nofile={open_files}:{open_files}", "--", *command]
-    with (tmp / "broker.log").open("a") as output:
-        process = subprocess.Popen(
+    with (config.parent / "broker.log").open("a") as output:
+        return subprocess.Popen(
             command,
             stdout=output,
             stderr=subprocess.STDOUT,
             text=True,
             env=os.environ | {"PYTHONUNBUFFERED": "1"},
         )
-    node = RunningNode(process, port, config)
-    deadline = time.monotonic() + 20
+
+
+def wait_listening(node: RunningNode, timeout: float = 20.0) -> None:
+    """Until the node accepts clients; stops it and raises with its log if it does not."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if process.poll() is not None:
+        if node.process.poll() is not None:
             raise RuntimeError(
-                f"gregor broker exited with {process.returncode}:\n{node.log_tail()}"
+                f"gregor broker exited with {node.process.returncode}:\n{node.log_tail()}"
             )
-        with contextlib.suppress(OSError), socket.create_connection(("localhost", port), 0.2):
-            return node
+        with contextlib.suppress(OSError), socket.create_connection(("localhost", node.port), 0.2):
+            return
         time.sleep(0.05)
     node.stop()
-    raise RuntimeError(f"gregor broker did not start listening within 20 s:\n{node.log_tail()}")
+    raise RuntimeError(
+        f"gregor broker did not start listening within {timeout:.0f} s:\n{node.log_tail()}"
+    )
+
+
+def start_quorum(
+    tmp: Path,
+    count: int = 3,
+    extra: dict[str, str] | None = None,
+    *,
+    cluster_ids: dict[int, str] | None = None,
+) -> list[RunningNode]:
+    """`count` combined nodes (broker and controller) of one cluster, voters of one metadata
+    quorum, each in `tmp/node-<id>`; returns once every one serves clients. `cluster_ids`
+    formats some nodes for another cluster: those are not waited for."""
+    cluster_ids = cluster_ids or {}
+    ports = [(free_port(), free_port()) for _ in range(count)]
+    voters = ",".join(f"{i + 1}@localhost:{c}" for i, (_, c) in enumerate(ports))
+    nodes = []
+    for i, (port, controller_port) in enumerate(ports):
+        directory = tmp / f"node-{i + 1}"
+        directory.mkdir(parents=True, exist_ok=True)
+        properties = {
+            "process.roles": "broker,controller",
+            "node.id": str(i + 1),
+            "listeners": f"PLAINTEXT://localhost:{port},CONTROLLER://localhost:{controller_port}",
+            "controller.listener.names": "CONTROLLER",
+            "controller.quorum.voters": voters,
+            "log.dirs": str(directory / "logs"),
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "5",
+            "group.initial.rebalance.delay.ms": "0",
+        } | (extra or {})
+        nodes.append(
+            spawn_node(
+                directory,
+                properties,
+                port,
+                cluster_id=cluster_ids.get(i + 1, QUORUM_CLUSTER_ID),
+                controller_port=controller_port,
+            )
+        )
+    try:
+        for node in nodes:
+            if node.cluster_id == QUORUM_CLUSTER_ID:
+                wait_listening(node, timeout=30)
+    except BaseException:
+        for node in nodes:
+            node.kill()
+        raise
+    return nodes
+
+
+QUORUM_CLUSTER_ID = "GregorQuorumTestsA1b2C3"
+"""The cluster id every node of `start_quorum` is formatted with."""
 
 
 @contextlib.contextmanager

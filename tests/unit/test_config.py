@@ -96,6 +96,11 @@ def test_broker_level_log_settings_become_topic_defaults_with_kafkas_precedence(
         ({"advertised.listeners": "OTHER://h:1"}, "advertised.listeners"),
         ({"controller.quorum.voters": "1@host"}, "controller.quorum.voters"),
         ({"node.id": "2", "controller.quorum.voters": "1@h:9093"}, "controller.quorum.voters"),
+        ({"process.roles": "broker"}, "controller.quorum.voters"),
+        (
+            {"controller.quorum.voters": "1@h:9093,2@h:9094,3@h:9095"},
+            "controller.listener.names",
+        ),
         ({"log.retention.hours": "soon"}, "log.retention.hours"),
         ({"log.cleanup.policy": "shred"}, "log.cleanup.policy"),
         ({"max.connections": "-1"}, "max.connections"),

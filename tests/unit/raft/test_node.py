@@ -39,6 +39,8 @@ def _isolate(sim: Simulation, node: int) -> None:
 
 def test_a_single_voter_leads_and_commits_on_its_own() -> None:
     node = RaftNode(1, [1], rng=random.Random(0), now_ms=0)
+    # At once, as Kafka's sole voter: `make run` starts without waiting an election timeout.
+    assert (node.role, node.epoch, node.leader) == (Role.LEADER, 1, 1)
     node.tick(2 * TIMEOUTS.election_ms)
     assert (node.role, node.epoch, node.leader) == (Role.LEADER, 1, 1)
     first = node.propose([b"a", b"b"], 2 * TIMEOUTS.election_ms)
@@ -48,6 +50,18 @@ def test_a_single_voter_leads_and_commits_on_its_own() -> None:
     assert ready.high_watermark is None, "committed before its entries were on disk"
     node.advance(2 * TIMEOUTS.election_ms)
     assert node.ready().high_watermark == first + 2
+
+
+def test_a_single_voter_restarts_as_leader_of_a_new_epoch() -> None:
+    before = ElectionState(4, voted_for=1, leader=1)
+    entries = [Entry(4, b"", control=True), Entry(4, b"a")]
+    node = RaftNode(1, [1], election=before, entries=entries, rng=random.Random(0), now_ms=0)
+    assert (node.role, node.epoch) == (Role.LEADER, 5)
+    ready = node.ready()
+    assert ready.election == ElectionState(5, 1, 1)
+    node.advance(0)
+    # Its own entries of the earlier epoch commit with the first of the new one.
+    assert node.ready().high_watermark == 3
 
 
 def test_a_vote_is_persisted_with_the_message_that_grants_it() -> None:

@@ -1,0 +1,135 @@
+"""The controller listener's handlers: the metadata quorum's own requests (Vote,
+BeginQuorumEpoch, EndQuorumEpoch, Fetch and FetchSnapshot of `__cluster_metadata`) and
+DescribeQuorum, which `kafka-metadata-quorum` sends.
+
+Client listeners have no handler for any of these, so they are neither advertised nor served
+there: a client that sends one anyway has its connection closed, as for any API a listener
+does not serve.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.kraft import MetadataService
+from broker.protocol import ApiKey, ErrorCode, MalformedInput, ResponseBody, build, response_module
+from broker.quorum import METADATA_TOPIC
+from broker.server import CloseConnection, Dispatcher, Handler, RequestContext
+
+from . import api_versions
+from .errors import error_response
+
+__all__ = ["CONTROLLER_APIS", "build_controller_dispatcher"]
+
+CONTROLLER_APIS = frozenset(
+    {
+        ApiKey.API_VERSIONS,
+        ApiKey.VOTE,
+        ApiKey.BEGIN_QUORUM_EPOCH,
+        ApiKey.END_QUORUM_EPOCH,
+        ApiKey.FETCH,
+        ApiKey.FETCH_SNAPSHOT,
+        ApiKey.DESCRIBE_QUORUM,
+    }
+)
+
+
+class QuorumRequest:
+    """A peer's quorum request, answered by the quorum driver."""
+
+    def __init__(self, metadata: MetadataService) -> None:
+        self._metadata = metadata
+
+    async def __call__(self, context: RequestContext, request: Any) -> ResponseBody:
+        header = context.header
+        try:
+            return await self._metadata.driver.handle(header.api_key, header.api_version, request)
+        except MalformedInput as exc:
+            what = f"{type(request).__name__} from {context.client_address}"
+            raise CloseConnection(f"{what}: {exc}") from None
+
+
+class DescribeQuorum:
+    """The quorum as its leader sees it: epoch, high watermark, each voter's and observer's
+    log end offset and last fetch; NOT_LEADER_OR_FOLLOWER elsewhere (as in Kafka)."""
+
+    def __init__(self, metadata: MetadataService) -> None:
+        self._metadata = metadata
+
+    async def __call__(self, context: RequestContext, request: Any) -> ResponseBody:
+        schema = response_module(ApiKey.DESCRIBE_QUORUM, context.header.api_version)
+        driver = self._metadata.driver
+        status = driver.status()
+        leading = driver.is_active
+
+        def replicas(progress: dict[int, tuple[int, int]]) -> tuple[Any, ...]:
+            return tuple(
+                build(
+                    schema.ReplicaState,
+                    replica_id=node,
+                    replica_directory_id=None,
+                    log_end_offset=end,
+                    last_fetch_timestamp=fetched,
+                    last_caught_up_timestamp=fetched if end >= status.high_watermark else -1,
+                )
+                for node, (end, fetched) in sorted(progress.items())
+            )
+
+        partition = build(
+            schema.PartitionData,
+            partition_index=0,
+            error_code=ErrorCode.none if leading else ErrorCode.not_leader_or_follower,
+            error_message=None,
+            leader_id=-1 if status.leader is None else status.leader,
+            leader_epoch=status.epoch,
+            high_watermark=status.high_watermark,
+            current_voters=replicas(status.voters) if leading else (),
+            observers=replicas(status.observers) if leading else (),
+        )
+        names = self._metadata.config.controller_listener_names
+        listener = names[0] if names else "CONTROLLER"
+        nodes = tuple(
+            build(
+                schema.Node,
+                node_id=voter,
+                listeners=(
+                    build(
+                        schema.Listener,
+                        name=listener,
+                        host=host,
+                        port=port,
+                    ),
+                ),
+            )
+            for voter, (host, port) in sorted(driver.voters.items())
+        )
+        topic = build(schema.TopicData, topic_name=METADATA_TOPIC, partitions=(partition,))
+        response: ResponseBody = build(
+            schema.DescribeQuorumResponse,
+            error_code=ErrorCode.none,
+            error_message=None,
+            topics=(topic,),
+            nodes=nodes,
+        )
+        return response
+
+
+def build_controller_dispatcher(metadata: MetadataService) -> Dispatcher:
+    """The controller listener's handlers; ApiVersions advertises exactly these."""
+    handlers: dict[int, Handler] = {}
+    dispatcher = Dispatcher(handlers, fallback=error_response)
+    handlers[ApiKey.API_VERSIONS] = api_versions.Handler(lambda: dispatcher.handled_api_keys)
+    quorum = QuorumRequest(metadata)
+    for key in (
+        ApiKey.VOTE,
+        ApiKey.BEGIN_QUORUM_EPOCH,
+        ApiKey.END_QUORUM_EPOCH,
+        ApiKey.FETCH,
+        ApiKey.FETCH_SNAPSHOT,
+    ):
+        handlers[key] = quorum
+    handlers[ApiKey.DESCRIBE_QUORUM] = DescribeQuorum(metadata)
+    dispatcher.register(handlers)
+    if dispatcher.handled_api_keys != CONTROLLER_APIS:
+        raise AssertionError("CONTROLLER_APIS is out of date")
+    return dispatcher

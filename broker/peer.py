@@ -1,0 +1,150 @@
+"""A connection from this node to another node of the cluster, on the project's codec: the
+quorum's Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch and FetchSnapshot today; registration,
+heartbeats, forwarding and replica fetches next.
+
+Requests are pipelined on one TCP connection and matched to their responses by correlation
+id. A connection that fails fails every request in flight (`PeerUnavailable`) and the next
+request connects again, after a backoff that grows from `reconnect.backoff.ms` to
+`reconnect.backoff.max.ms` (Kafka's defaults: 50 ms and 1 s) while the peer stays away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import struct
+import time
+
+from broker.protocol import (
+    MalformedInput,
+    RequestBody,
+    RequestHeader,
+    ResponseBody,
+    decode_response,
+    encode_request,
+)
+
+__all__ = ["PeerConnection", "PeerUnavailable"]
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+MAX_RESPONSE_BYTES = 128 * 1024 * 1024
+"""A response larger than this from a peer is refused (a bug or not a Gregor node)."""
+RECONNECT_BACKOFF_MS = 50
+RECONNECT_BACKOFF_MAX_MS = 1000
+
+
+class PeerUnavailable(Exception):
+    """The peer could not be reached or the connection broke; the request may be retried."""
+
+
+class PeerConnection:
+    def __init__(self, node_id: int, host: str, port: int, *, client_id: str) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self._client_id = client_id
+        self._correlation = itertools.count(1)
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+        self._pending: dict[int, tuple[int, int, asyncio.Future[ResponseBody]]] = {}
+        self._connecting: asyncio.Lock | None = None
+        self._failures = 0
+        self._retry_at = 0.0
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"node {self.node_id} at {self.host}:{self.port}"
+
+    async def request(
+        self, api_key: int, api_version: int, body: RequestBody, *, timeout_s: float
+    ) -> ResponseBody:
+        """Send one request and wait for its response. Raises `PeerUnavailable` when the
+        connection fails and `TimeoutError` when no answer comes within `timeout_s`."""
+        writer = await self._connected()
+        correlation_id = next(self._correlation)
+        header = RequestHeader(api_key, api_version, correlation_id, self._client_id)
+        future: asyncio.Future[ResponseBody] = asyncio.get_running_loop().create_future()
+        self._pending[correlation_id] = (api_key, api_version, future)
+        try:
+            writer.write(encode_request(header, body))
+            return await asyncio.wait_for(future, timeout_s)
+        finally:
+            self._pending.pop(correlation_id, None)
+
+    async def _connected(self) -> asyncio.StreamWriter:
+        if self._closed:
+            raise PeerUnavailable(f"{self}: closed")
+        if self._writer is not None and not self._writer.is_closing():
+            return self._writer
+        if self._connecting is None:
+            self._connecting = asyncio.Lock()
+        async with self._connecting:
+            if self._writer is not None and not self._writer.is_closing():
+                return self._writer
+            wait = self._retry_at - time.monotonic()
+            if wait > 0:
+                raise PeerUnavailable(f"{self}: unreachable, next attempt in {wait * 1000:.0f} ms")
+            try:
+                reader, writer = await asyncio.open_connection(self.host, self.port)
+            except OSError as exc:
+                self._back_off()
+                raise PeerUnavailable(f"{self}: {exc}") from None
+            self._failures = 0
+            self._writer = writer
+            self._reader_task = asyncio.get_running_loop().create_task(
+                self._read(reader, writer), name=f"peer-{self.node_id}"
+            )
+            return writer
+
+    def _back_off(self) -> None:
+        self._failures += 1
+        backoff = min(RECONNECT_BACKOFF_MS * 2 ** (self._failures - 1), RECONNECT_BACKOFF_MAX_MS)
+        self._retry_at = time.monotonic() + backoff / 1000
+
+    async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        reason: str = "closed by the peer"
+        try:
+            while True:
+                (size,) = _SIZE.unpack(await reader.readexactly(_SIZE.size))
+                if not 0 < size <= MAX_RESPONSE_BYTES:
+                    reason = f"response of {size} bytes refused"
+                    break
+                frame = await reader.readexactly(size)
+                (correlation_id,) = _SIZE.unpack_from(frame)
+                found = self._pending.get(correlation_id)
+                if found is None:
+                    continue  # its requester gave up waiting
+                api_key, api_version, future = found
+                try:
+                    _, body = decode_response(api_key, api_version, frame)
+                except MalformedInput as exc:
+                    reason = f"malformed response: {exc}"
+                    break
+                if not future.done():
+                    future.set_result(body)
+        except (asyncio.IncompleteReadError, OSError) as exc:
+            reason = str(exc) or type(exc).__name__
+        finally:
+            if self._writer is writer:
+                self._writer = None
+                self._back_off()
+            writer.close()
+            for _, _, future in list(self._pending.values()):
+                if not future.done():
+                    future.set_exception(PeerUnavailable(f"{self}: {reason}"))
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+    async def close(self) -> None:
+        self._closed = True
+        writer, task = self._writer, self._reader_task
+        self._writer = None
+        if writer is not None:
+            writer.close()
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

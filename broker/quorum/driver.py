@@ -1,0 +1,585 @@
+"""The quorum driver: the Raft core (`broker.raft`) on a real clock, a real disk and real
+sockets.
+
+One task owns the core. Everything that changes it — a request from a peer, a peer's
+response, a proposal, the clock — is queued and handled by that task, which then carries out
+the core's `Ready` in its order: election state, snapshot install, log truncation and append
+(on a thread: they end in an fsync), then messages, then the committed entries, which it hands
+to the state machine. Nothing steps the core while a `Ready` is on disk, which is what makes
+`advance` true.
+
+A peer's request is answered with the core's reply to it: the handler waits for the reply the
+core addresses to that peer (a fetch the leader has nothing for yet waits up to the core's
+fetch wait). The core's own requests go out through `PeerConnection`s, and their responses
+come back as messages through the same queue.
+
+Snapshots are the driver's policy: once `metadata.log.max.record.bytes.between.snapshots`
+bytes of records have been applied since the last one, the state machine writes its state as
+of the last applied entry, the store writes it as a `.checkpoint`, and the core drops the log
+below it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import random
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from broker.peer import PeerConnection, PeerUnavailable
+from broker.protocol import ErrorCode, MalformedInput, RequestBody, ResponseBody
+from broker.raft import (
+    Fetch,
+    FetchReply,
+    FetchSnapshot,
+    FetchSnapshotReply,
+    Message,
+    NotLeader,
+    QuorumTimeouts,
+    RaftLog,
+    RaftNode,
+    Ready,
+    Role,
+    Snapshot,
+    Vote,
+    VoteReply,
+)
+
+from .batches import read_snapshot, write_snapshot
+from .store import QuorumStore
+from .wire import error_of, message_from_request, reply_from_response, request_for, response_for
+
+__all__ = ["NotController", "QuorumDriver", "QuorumStatus", "StateMachine"]
+
+log = logging.getLogger(__name__)
+
+_DEFAULT_TIMEOUTS = QuorumTimeouts()
+TICK_S = 0.05
+"""How often the core sees the clock when nothing else happens."""
+_REPLY_OF: dict[type, type] = {
+    Vote: VoteReply,
+    Fetch: FetchReply,
+    FetchSnapshot: FetchSnapshotReply,
+}
+
+
+class NotController(Exception):
+    """This node is not the active controller; `leader` is the one it knows, if any."""
+
+    def __init__(self, leader: int | None) -> None:
+        super().__init__(
+            "this node is not the active controller"
+            + ("" if leader is None else f" (node {leader} is)")
+        )
+        self.leader = leader
+
+
+class StateMachine(Protocol):
+    """What the committed entries build (the metadata image), as the driver sees it."""
+
+    def apply(self, offset: int, payload: bytes) -> None:
+        """Apply the committed entry at `offset`. Must not raise: a local failure to act on
+        an entry is the state machine's to report, never the commit's."""
+
+    def load(self, payloads: Sequence[bytes], end_offset: int) -> None:
+        """Replace the whole state with a snapshot's (of the entries below `end_offset`)."""
+
+    def snapshot(self) -> Iterable[bytes]:
+        """The whole state as entries, as of the last entry applied."""
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumStatus:
+    """DescribeQuorum's view: the leader's, or what a follower knows."""
+
+    leader: int | None
+    epoch: int
+    high_watermark: int
+    voters: dict[int, tuple[int, int]]
+    """Voter → (log end offset, last fetch time in ms; -1 when unknown)."""
+    observers: dict[int, tuple[int, int]]
+
+
+@dataclass(slots=True)
+class _Proposal:
+    epoch: int
+    last_offset: int
+    done: asyncio.Future[int]
+
+
+class QuorumDriver:
+    def __init__(
+        self,
+        node_id: int,
+        voters: dict[int, tuple[str, int]],
+        store: QuorumStore,
+        machine: StateMachine,
+        *,
+        cluster_id: str,
+        clock: Callable[[], int],
+        wall_clock: Callable[[], int],
+        timeouts: QuorumTimeouts = _DEFAULT_TIMEOUTS,
+        snapshot_bytes: int = 20 * 1024 * 1024,
+        endpoint: tuple[str, str, int] | None = None,
+    ) -> None:
+        """`voters`: every voter's controller listener (this node's too, when it votes);
+        `endpoint`: this node's controller listener (name, host, port), announced to the
+        voters when it leads. `clock` (monotonic) times the quorum; `wall_clock` stamps the
+        records written."""
+        self.node_id = node_id
+        self.voters = dict(voters)
+        self._store = store
+        self._machine = machine
+        self._cluster_id = cluster_id
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._timeouts = timeouts
+        self._snapshot_bytes = snapshot_bytes
+        self._endpoint = endpoint
+        self._peers = {
+            voter: PeerConnection(voter, host, port, client_id=f"raft-client-{node_id}")
+            for voter, (host, port) in voters.items()
+            if voter != node_id
+        }
+        self._core: RaftNode | None = None
+        self._inbox: collections.deque[Callable[[int], None]] = collections.deque()
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._calls: set[asyncio.Task[None]] = set()
+        self._waiters: dict[tuple[int, type], tuple[Message, asyncio.Future[Message | None]]] = {}
+        """Peer requests waiting for the core's reply: (sender, reply type) → the request."""
+        self._proposals: collections.deque[_Proposal] = collections.deque()
+        self._after_ready: list[asyncio.Future[None]] = []
+        """Resolved once the Ready of the changes queued before them is carried out."""
+        self.applied = 0
+        """Entries below this offset are applied to the state machine."""
+        self._bytes_since_snapshot = 0
+        self._caught_up = asyncio.Event()
+        self._active = asyncio.Event()
+        self.failed: BaseException | None = None
+        self.on_leadership: Callable[[bool], None] | None = None
+        """Told when this node becomes (True) or stops being (False) the active controller."""
+        self._was_active = False
+        self._stopping = False
+        self._refused_by: set[int] = set()
+        """Peers that said this node is of another cluster (logged once each)."""
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load what is on disk (the latest snapshot goes to the state machine) and start
+        taking part in the quorum."""
+        now = self._clock()
+        persisted = await asyncio.to_thread(self._store.load, self._wall_clock())
+        if persisted.snapshot is not None:
+            end = persisted.snapshot.id.end_offset
+            self._machine.load(read_snapshot(persisted.snapshot.data), end)
+            self.applied = end
+        self._core = RaftNode(
+            self.node_id,
+            tuple(self.voters),
+            election=persisted.election,
+            snapshot=persisted.snapshot,
+            entries=persisted.entries,
+            timeouts=self._timeouts,
+            rng=random.Random(),
+            now_ms=now,
+        )
+        log.info(
+            "metadata quorum: node %d, voters %s, epoch %d, log [%d, %d)",
+            self.node_id,
+            sorted(self.voters),
+            self._core.epoch,
+            self._core.log.start_offset,
+            self._core.log.end_offset,
+        )
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="quorum")
+        self._wakeup.set()
+
+    async def resign(self) -> None:
+        """Hand leadership over, if held: the voters are told to elect another at once
+        (KIP-595's EndQuorumEpoch) rather than after the fetch timeout. Returns once they
+        were told (or a second passed)."""
+        if self._task is None or self._task.done():
+            return
+        core = self._core_or_fail()
+        if core.role is not Role.LEADER:
+            return
+        resigned: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def resign_now(now: int) -> None:
+            if core.role is Role.LEADER:
+                log.info(
+                    "node %d resigns as leader of epoch %d: the voters elect another now",
+                    self.node_id,
+                    core.epoch,
+                )
+            core.resign(now)
+            self._after_ready.append(resigned)
+
+        self._submit(resign_now)
+        await asyncio.wait([resigned], timeout=1.0)
+        if self._calls:
+            await asyncio.wait(list(self._calls), timeout=1.0)
+
+    async def stop(self) -> None:
+        """Resign leadership, if held, and stop."""
+        if self._task is None:
+            return
+        await self.resign()
+        # Let the task finish what it carries out (a Ready's disk work cannot be cancelled
+        # halfway: its thread would go on writing while the store closes).
+        self._stopping = True
+        self._wakeup.set()
+        await asyncio.gather(self._task, return_exceptions=True)
+        self._task = None
+        for task in list(self._calls):
+            task.cancel()
+        await asyncio.gather(*self._calls, return_exceptions=True)
+        for peer in self._peers.values():
+            await peer.close()
+        self._fail_proposals(NotController(None))
+        for _, waiter in self._waiters.values():
+            if not waiter.done():
+                waiter.set_result(None)
+        await asyncio.to_thread(self._store.close, self._wall_clock())
+
+    # -- what the node asks ------------------------------------------------------------------
+
+    @property
+    def leader(self) -> int | None:
+        return None if self._core is None else self._core.leader
+
+    @property
+    def epoch(self) -> int:
+        return 0 if self._core is None else self._core.epoch
+
+    @property
+    def is_active(self) -> bool:
+        """Whether this node leads and has applied every entry of earlier epochs: what its
+        controller decides on is the whole committed state."""
+        return self._active.is_set()
+
+    async def wait_caught_up(self) -> None:
+        """Until this node has applied the metadata log as far as the leader has committed
+        it (a restart does not serve an image older than what it had)."""
+        await self._caught_up.wait()
+
+    @property
+    def end_offset(self) -> int:
+        """Where the next entry goes in this node's log."""
+        return self._core_or_fail().log.end_offset
+
+    async def propose(self, payloads: Sequence[bytes], *, first_offset: int | None = None) -> int:
+        """Append entries as the active controller; once committed and applied, the offset
+        after the last. Raises `NotController` here or elsewhere, also when leadership is lost
+        before the entries commit (they may still commit: the outcome is unknown), and when
+        `first_offset` is given and the first entry would go elsewhere (entries that name
+        their own offset, as a broker registration does)."""
+        if not self.is_active:
+            raise NotController(self.leader)
+        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        def propose(now: int) -> None:
+            core = self._core_or_fail()
+            if first_offset is not None and core.log.end_offset != first_offset:
+                done.set_exception(NotController(core.leader))
+                return
+            try:
+                first = core.propose(payloads, now)
+            except NotLeader as exc:
+                done.set_exception(NotController(exc.leader))
+                return
+            self._proposals.append(_Proposal(core.epoch, first + len(payloads) - 1, done))
+
+        self._submit(propose)
+        return await done
+
+    def status(self) -> QuorumStatus:
+        core = self._core_or_fail()
+        now = self._clock()
+        progress = core.progress(now)
+        voters = {
+            voter: progress.get(voter, (-1, -1)) if progress else (-1, -1) for voter in self.voters
+        }
+        if core.role is not Role.LEADER:
+            voters[self.node_id] = (core.log.end_offset, -1)
+        observers = {node: p for node, p in progress.items() if node not in self.voters}
+        return QuorumStatus(core.leader, core.epoch, core.high_watermark, voters, observers)
+
+    # -- requests from peers -------------------------------------------------------------
+
+    async def handle(self, api_key: int, version: int, body: RequestBody) -> ResponseBody:
+        """Answer a quorum request from a peer (the controller listener's handlers)."""
+        core = self._core_or_fail()
+        message = message_from_request(api_key, body)
+        cluster_id = getattr(body, "cluster_id", None)
+        if cluster_id is not None and cluster_id != self._cluster_id:
+            log.warning(
+                "refused %s from node %d: cluster id %r is not this cluster's %r",
+                type(message).__name__,
+                message.sender,
+                cluster_id,
+                self._cluster_id,
+            )
+            return response_for(
+                api_key,
+                version,
+                None,
+                epoch=core.epoch,
+                leader=core.leader,
+                error=ErrorCode.inconsistent_cluster_id,
+            )
+        reply: Message | None = None
+        reply_type = _REPLY_OF.get(type(message))
+        if reply_type is None:
+            self._submit(lambda now: self._core_or_fail().step(message, now))
+        else:
+            key = (message.sender, reply_type)
+            previous = self._waiters.get(key)
+            if previous is not None and not previous[1].done():
+                previous[1].set_result(None)  # a newer request from the same peer replaces it
+            waiter: asyncio.Future[Message | None] = asyncio.get_running_loop().create_future()
+            self._waiters[key] = (message, waiter)
+            self._submit(lambda now: self._core_or_fail().step(message, now))
+            wait_s = (self._timeouts.fetch_wait_ms + self._timeouts.request_ms) / 1000
+            try:
+                reply = await asyncio.wait_for(waiter, wait_s)
+            except TimeoutError:
+                reply = None
+            finally:
+                if self._waiters.get(key, (None, None))[1] is waiter:
+                    del self._waiters[key]
+        error = (
+            ErrorCode.none
+            if reply is not None or reply_type is None
+            else ErrorCode.request_timed_out
+        )
+        core = self._core_or_fail()
+        return response_for(
+            api_key,
+            version,
+            reply,
+            epoch=core.epoch,
+            leader=core.leader,
+            error=error,
+            now_ms=self._wall_clock(),
+            voters=tuple(self.voters),
+        )
+
+    # -- the task that owns the core ---------------------------------------------------------
+
+    def _core_or_fail(self) -> RaftNode:
+        if self._core is None:
+            raise RuntimeError("the quorum driver has not started")
+        return self._core
+
+    def _submit(self, change: Callable[[int], None]) -> None:
+        self._inbox.append(change)
+        self._wakeup.set()
+
+    async def _run(self) -> None:
+        core = self._core_or_fail()
+        try:
+            while not self._stopping:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wakeup.wait(), TICK_S)
+                self._wakeup.clear()
+                now = self._clock()
+                while self._inbox:
+                    self._inbox.popleft()(now)
+                core.tick(now)
+                await self._carry_out(core)
+                self._follow_role(core)
+                done, self._after_ready = self._after_ready, []
+                for future in done:
+                    if not future.done():
+                        future.set_result(None)
+        except Exception as exc:
+            # The disk failed under the metadata log: this node can no longer take part.
+            log.exception("the metadata quorum stopped on node %d", self.node_id)
+            self.failed = exc
+            self._fail_proposals(NotController(None))
+
+    async def _carry_out(self, core: RaftNode) -> None:
+        while True:
+            ready = core.ready()
+            if not ready:
+                return
+            now = self._clock()
+            if (
+                ready.election is not None
+                or ready.install is not None
+                or ready.truncate_to is not None
+                or ready.entries
+                or ready.delete_before is not None
+            ):
+                leader = core.leader if core.leader is not None else -1
+                await asyncio.to_thread(self._persist, ready, core.log, leader, self._wall_clock())
+            core.advance(now)
+            if ready.install is not None:
+                snapshot = ready.install
+                self._machine.load(read_snapshot(snapshot.data), snapshot.id.end_offset)
+                self.applied = snapshot.id.end_offset
+                self._bytes_since_snapshot = 0
+                log.info("installed snapshot %s fetched from the leader", snapshot.id)
+            for to, message in ready.messages:
+                self._send(to, message)
+            if ready.high_watermark is not None:
+                self._apply(core, ready.high_watermark)
+                await self._maybe_snapshot(core)
+
+    def _persist(self, ready: Ready, raft_log: RaftLog, leader: int, wall: int) -> None:
+        """Ready's disk work, on a thread; nothing steps the core meanwhile, so its log may
+        be read here (`raft_log`)."""
+        store = self._store
+        if ready.election is not None:
+            store.save_election(ready.election)
+        if ready.install is not None:
+            store.install(ready.install, wall)
+        if ready.truncate_to is not None:
+            store.truncate(ready.truncate_to, raft_log, wall, leader=leader)
+        if ready.entries:
+            store.append(ready.append_from, ready.entries, wall, leader=leader)
+        if ready.entries or ready.truncate_to is not None:
+            store.flush(wall)
+        if ready.delete_before is not None:
+            store.delete_before(ready.delete_before, wall)
+
+    def _apply(self, core: RaftNode, high_watermark: int) -> None:
+        start = max(self.applied, core.log.start_offset)
+        for offset in range(start, high_watermark):
+            entry = core.log[offset]
+            if not entry.control:
+                self._machine.apply(offset, entry.payload)
+                self._bytes_since_snapshot += len(entry.payload)
+        self.applied = max(self.applied, high_watermark)
+        while self._proposals and self._proposals[0].last_offset < self.applied:
+            proposal = self._proposals.popleft()
+            if proposal.done.done():
+                continue
+            last = proposal.last_offset
+            if last >= core.log.start_offset and core.log[last].epoch == proposal.epoch:
+                proposal.done.set_result(last + 1)
+            else:
+                proposal.done.set_exception(NotController(core.leader))
+
+    def _follow_role(self, core: RaftNode) -> None:
+        leading = core.role is Role.LEADER
+        active = leading and core.high_watermark > core.epoch_start
+        if active and not self._active.is_set():
+            self._active.set()
+        elif not active and self._active.is_set():
+            self._active.clear()
+        if self._proposals and (not leading or self._proposals[0].epoch != core.epoch):
+            self._fail_proposals(NotController(core.leader))
+        if active != self._was_active:
+            self._was_active = active
+            if active:
+                log.info("node %d is the active controller in epoch %d", self.node_id, core.epoch)
+            if self.on_leadership is not None:
+                self.on_leadership(active)
+        if not self._caught_up.is_set() and (
+            active
+            or (
+                core.role is Role.FOLLOWER
+                and core.high_watermark > 0
+                and self.applied >= core.high_watermark >= core.log.end_offset
+            )
+        ):
+            self._caught_up.set()
+
+    def _fail_proposals(self, error: Exception) -> None:
+        while self._proposals:
+            proposal = self._proposals.popleft()
+            if not proposal.done.done():
+                proposal.done.set_exception(error)
+
+    async def _maybe_snapshot(self, core: RaftNode) -> None:
+        if self._bytes_since_snapshot < self._snapshot_bytes:
+            return
+        end = self.applied
+        if end <= core.log.start_offset:
+            return
+        epoch = core.log.epoch_at(end - 1)
+        payloads = list(self._machine.snapshot())
+        wall = self._wall_clock()
+        data = write_snapshot(
+            payloads, end_offset=end, epoch=epoch, last_timestamp=wall, now_ms=wall
+        )
+        snapshot_id = core.take_snapshot(end, data)
+        await asyncio.to_thread(self._store.save_snapshot, Snapshot(snapshot_id, data))
+        self._bytes_since_snapshot = 0
+        log.info("metadata snapshot %s written (%d records)", snapshot_id, len(payloads))
+
+    # -- messages out ------------------------------------------------------------------------
+
+    def _send(self, to: int, message: Message) -> None:
+        if isinstance(message, (VoteReply, FetchReply, FetchSnapshotReply)):
+            # Kafka's responses do not say what they answer: a reply goes only to the request
+            # it answers, never to a newer one from the same peer that took its place.
+            key = (to, type(message))
+            found = self._waiters.get(key)
+            if found is not None and _answers(found[0], message) and not found[1].done():
+                del self._waiters[key]
+                found[1].set_result(message)
+            return
+        peer = self._peers.get(to)
+        if peer is None:
+            return
+        task = asyncio.get_running_loop().create_task(self._call(peer, message))
+        self._calls.add(task)
+        task.add_done_callback(self._calls.discard)
+
+    async def _call(self, peer: PeerConnection, message: Message) -> None:
+        timeouts = self._timeouts
+        api_key, version, body = request_for(
+            message,
+            peer.node_id,
+            cluster_id=self._cluster_id,
+            endpoint=self._endpoint,
+            fetch_wait_ms=timeouts.fetch_wait_ms,
+            max_bytes=timeouts.snapshot_chunk_bytes,
+        )
+        wait_s = (timeouts.fetch_wait_ms + timeouts.request_ms) / 1000
+        try:
+            response = await peer.request(api_key, version, body, timeout_s=wait_s)
+        except (PeerUnavailable, TimeoutError) as exc:
+            log.debug("%s to %s: %s", type(message).__name__, peer, exc)
+            return
+        try:
+            reply = reply_from_response(message, peer.node_id, response)
+        except MalformedInput as exc:
+            log.warning("%s answered %s with a malformed response: %s", peer, message, exc)
+            return
+        if reply is not None:
+            self._submit(lambda now: self._core_or_fail().step(reply, now))
+        elif (
+            error_of(response) == ErrorCode.inconsistent_cluster_id
+            and peer.node_id not in self._refused_by
+        ):
+            self._refused_by.add(peer.node_id)
+            log.error(
+                "node %d refuses this node's requests: it belongs to another cluster than "
+                "%s (every node of a cluster is formatted with the same cluster id)",
+                peer.node_id,
+                self._cluster_id,
+            )
+
+
+def _answers(request: Message, reply: Message) -> bool:
+    """Whether `reply` is the core's answer to `request` (same peer and kind assumed)."""
+    if isinstance(request, Fetch) and isinstance(reply, FetchReply):
+        return (reply.fetch_offset, reply.last_fetched_epoch) == (
+            request.fetch_offset,
+            request.last_fetched_epoch,
+        )
+    if isinstance(request, FetchSnapshot) and isinstance(reply, FetchSnapshotReply):
+        return (reply.id, reply.position) == (request.id, request.position)
+    if isinstance(request, Vote) and isinstance(reply, VoteReply):
+        return reply.pre_vote == request.pre_vote
+    return False

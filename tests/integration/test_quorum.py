@@ -1,0 +1,249 @@
+"""Three `gregor broker` processes, each a broker and a voter of one KRaft metadata quorum on
+loopback: they elect one leader, every node applies what it commits, and the quorum carries on
+when its leader is killed or stopped, or a node falls behind the log start.
+
+Until brokers register with a remote controller (BrokerRegistration), a node registers as a
+broker when it becomes the active controller, and admin writes must reach the active controller
+(others answer NOT_CONTROLLER): these tests create topics there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import socket
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from broker.protocol import ApiKey, ErrorCode, request_type
+from tests.support.nodes import RunningNode, start_quorum, wait_listening
+from tests.support.requests import fill
+from tests.support.wire import call
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+FAST_ELECTIONS = {
+    "controller.quorum.election.timeout.ms": "300",
+    "controller.quorum.fetch.timeout.ms": "600",
+    "controller.quorum.election.backoff.max.ms": "300",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class QuorumView:
+    """DescribeQuorum as one node answers it."""
+
+    node: int
+    error: int
+    leader: int
+    epoch: int
+    high_watermark: int
+    voters: dict[int, int]
+    """Voter → log end offset (on the leader's answer)."""
+
+
+def describe_quorum(node: RunningNode, number: int) -> QuorumView:
+    assert node.controller_port is not None
+    body = fill(
+        request_type(ApiKey.DESCRIBE_QUORUM, 2),
+        {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]},
+    )
+    response: Any = call(("localhost", node.controller_port), ApiKey.DESCRIBE_QUORUM, 2, body)
+    partition = response.topics[0].partitions[0]
+    return QuorumView(
+        number,
+        partition.error_code,
+        partition.leader_id,
+        partition.leader_epoch,
+        partition.high_watermark,
+        {v.replica_id: v.log_end_offset for v in partition.current_voters},
+    )
+
+
+def views(nodes: list[RunningNode | None]) -> list[QuorumView]:
+    found = []
+    for number, node in enumerate(nodes, start=1):
+        if node is None or node.process.poll() is not None:
+            continue
+        try:
+            found.append(describe_quorum(node, number))
+        except OSError:
+            continue
+    return found
+
+
+def wait_for_leader(
+    nodes: list[RunningNode | None], *, not_in: tuple[int, ...] = (), timeout: float = 15.0
+) -> QuorumView:
+    """Until one node answers DescribeQuorum as leader (not one of `not_in`) and every other
+    running node names it; its answer."""
+    deadline = time.monotonic() + timeout
+    seen: list[QuorumView] = []
+    while time.monotonic() < deadline:
+        seen = views(nodes)
+        leaders = [v for v in seen if v.error == ErrorCode.none]
+        if len(leaders) == 1 and leaders[0].node not in not_in:
+            leader = leaders[0]
+            if all((v.leader, v.epoch) == (leader.node, leader.epoch) for v in seen):
+                return leader
+        time.sleep(0.1)
+    raise AssertionError(f"no single leader within {timeout} s: {seen}")
+
+
+def topics_on(node: RunningNode) -> set[str]:
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    return set(admin.list_topics(timeout=10).topics)
+
+
+def create_topic(node: RunningNode, name: str) -> None:
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    admin.create_topics([NewTopic(name, 1, 1)], operation_timeout=10)[name].result(timeout=30)
+
+
+def wait_for_topics(node: RunningNode, names: set[str], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    found: set[str] = set()
+    while time.monotonic() < deadline:
+        found = topics_on(node)
+        if names <= found:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{node.bootstrap} lists {sorted(found)}, not all of {sorted(names)}")
+
+
+@pytest.fixture
+def quorum(tmp_path: Path) -> Iterator[list[RunningNode]]:
+    nodes = start_quorum(tmp_path, 3, FAST_ELECTIONS)
+    try:
+        yield nodes
+    finally:
+        for node in nodes:
+            if node.process.poll() is None:
+                node.kill()
+
+
+def test_three_voters_elect_one_leader_and_every_node_applies_what_it_commits(
+    quorum: list[RunningNode],
+) -> None:
+    leader = wait_for_leader(list(quorum))
+    assert set(leader.voters) == {1, 2, 3}
+    create_topic(quorum[leader.node - 1], "orders")
+    # Committed on a majority, applied by every node: each one's metadata lists the topic.
+    for node in quorum:
+        wait_for_topics(node, {"orders"})
+    # Every voter's log reaches the leader's high watermark.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        now = describe_quorum(quorum[leader.node - 1], leader.node)
+        if all(end >= now.high_watermark for end in now.voters.values()):
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"voters did not catch up: {now}")
+    # Every node names the active controller, so clients send admin writes there...
+    for node in quorum:
+        admin = AdminClient({"bootstrap.servers": node.bootstrap})
+        assert admin.list_topics(timeout=10).controller_id == leader.node
+    # ...and one that is not it refuses them rather than losing them.
+    follower = next(n for i, n in enumerate(quorum, start=1) if i != leader.node)
+    body = fill(
+        request_type(ApiKey.CREATE_TOPICS, 7),
+        {
+            "topics": [{"name": "elsewhere", "num_partitions": 1, "replication_factor": 1}],
+            "timeout": timedelta(seconds=5),
+        },
+    )
+    response: Any = call(("localhost", follower.port), ApiKey.CREATE_TOPICS, 7, body)
+    assert response.topics[0].error_code == ErrorCode.not_controller
+
+
+def test_a_killed_leader_is_replaced_and_catches_up_when_it_returns(
+    quorum: list[RunningNode],
+) -> None:
+    first = wait_for_leader(list(quorum))
+    create_topic(quorum[first.node - 1], "before")
+    killed = quorum[first.node - 1]
+    killed.kill()
+    running: list[RunningNode | None] = [None if n is killed else n for n in quorum]
+    started = time.monotonic()
+    second = wait_for_leader(running, not_in=(first.node,), timeout=10)
+    assert second.epoch > first.epoch
+    elected_in = time.monotonic() - started
+    # The new leader commits: topic creation works again.
+    create_topic(quorum[second.node - 1], "after")
+    killed.restart()
+    wait_listening(killed, timeout=30)
+    wait_for_topics(killed, {"before", "after"})
+    assert wait_for_leader(list(quorum)).epoch >= second.epoch
+    print(f"new leader elected {elected_in:.2f} s after the SIGKILL")
+
+
+def test_a_stopped_leader_hands_over_at_once(quorum: list[RunningNode]) -> None:
+    """SIGTERM: the leader resigns (EndQuorumEpoch), so the voters elect another without
+    waiting out the fetch timeout."""
+    first = wait_for_leader(list(quorum))
+    stopped = quorum[first.node - 1]
+    started = time.monotonic()
+    stopped.process.send_signal(signal.SIGTERM)
+    running: list[RunningNode | None] = [None if n is stopped else n for n in quorum]
+    second = wait_for_leader(running, not_in=(first.node,), timeout=10)
+    handed_over = time.monotonic() - started
+    assert second.epoch > first.epoch
+    assert stopped.stop() == 0, stopped.log_tail()
+    create_topic(quorum[second.node - 1], "after-handover")
+    assert f"node {first.node} resigns" in stopped.log_tail(100_000)
+    print(f"handed over {handed_over:.2f} s after SIGTERM")
+
+
+def test_a_node_behind_the_log_start_catches_up_from_a_snapshot(tmp_path: Path) -> None:
+    extra = FAST_ELECTIONS | {"metadata.log.max.record.bytes.between.snapshots": "1"}
+    nodes = start_quorum(tmp_path, 3, extra)
+    try:
+        leader = wait_for_leader(list(nodes))
+        behind = next(i for i in (1, 2, 3) if i != leader.node)
+        assert nodes[behind - 1].stop() == 0
+        leading = nodes[leader.node - 1]
+        names = {f"t{i}" for i in range(5)}
+        for name in sorted(names):
+            create_topic(leading, name)
+        metadata_dir = tmp_path / f"node-{leader.node}" / "logs" / "__cluster_metadata-0"
+        assert list(metadata_dir.glob("*.checkpoint")), "the leader wrote no snapshot"
+        nodes[behind - 1].restart()
+        wait_listening(nodes[behind - 1], timeout=30)
+        wait_for_topics(nodes[behind - 1], names)
+        own = tmp_path / f"node-{behind}" / "logs" / "__cluster_metadata-0"
+        assert list(own.glob("*.checkpoint")), "the node did not install the leader's snapshot"
+        assert "installed snapshot" in nodes[behind - 1].log_tail(100_000)
+    finally:
+        for node in nodes:
+            if node.process.poll() is None:
+                node.kill()
+
+
+def test_a_node_of_another_cluster_is_refused_by_the_quorum(tmp_path: Path) -> None:
+    nodes = start_quorum(tmp_path, 3, FAST_ELECTIONS, cluster_ids={3: "AnotherClusterXXXXXXXXX"})
+    try:
+        # Two voters of three are a majority: the cluster works without the stranger...
+        leader = wait_for_leader([*nodes[:2], None])
+        assert leader.node in (1, 2)
+        create_topic(nodes[leader.node - 1], "orders")
+        # ...which is refused, says why, and never serves clients an image it could not get.
+        stranger = nodes[2]
+        deadline = time.monotonic() + 15
+        while "belongs to another cluster" not in stranger.log_tail(100_000):
+            assert time.monotonic() < deadline, stranger.log_tail()
+            time.sleep(0.1)
+        assert stranger.process.poll() is None
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("localhost", stranger.port), 1).close()
+    finally:
+        for node in nodes:
+            if node.process.poll() is None:
+                node.kill()
