@@ -108,6 +108,7 @@ class Node:
         self.clock = wall_clock_ms
         self.metadata: MetadataService | None = None
         self.server: BrokerServer | None = None
+        self._logs_loaded = False
         self.controller_server: BrokerServer | None = None
         """The controller listener: the metadata quorum's requests, when this node votes."""
         self.state: NodeState | None = None
@@ -146,6 +147,7 @@ class Node:
         self.logs.startup(
             now_ms=now, configs={name: metadata.topic_log_config(name) for name in image.topics}
         )
+        self._logs_loaded = True
         replicas = self.replicas = ReplicaManager(
             self.config.node_id, self.logs, image, metadata.topic_log_config, self.clock
         )
@@ -303,11 +305,15 @@ class Node:
             await self.server.stop()
         if self.groups is not None:
             await self.groups.stop()
-        self.logs.shutdown(now_ms=self.clock())
         if self.metadata is not None:
+            # Before the logs shut down: nothing applies committed metadata to them after.
             await self.metadata.close()
         if self.controller_server is not None:
             await self.controller_server.stop()
+        if self._logs_loaded:
+            self.logs.shutdown(now_ms=self.clock())
+        else:
+            self.logs.unlock()
 
     async def run_until_signalled(self, started: Callable[[], None] | None = None) -> None:
         """Start, call `started` once it serves, serve until SIGTERM or SIGINT, then stop
@@ -319,7 +325,19 @@ class Node:
         stop = asyncio.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
-        bound = await self.start()
+        # A node waits for its quorum before it serves; a signal meanwhile stops it, rather
+        # than leaving it waiting for voters that may never come (a misconfigured one).
+        starting = loop.create_task(self.start())
+        stopping = loop.create_task(stop.wait())
+        await asyncio.wait([starting, stopping], return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if not starting.done():
+            log.info("stopping node %d before it served", self.config.node_id)
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
+            await self.stop()
+            return
+        bound = starting.result()
         if started is not None:
             started()
         for listener in bound:

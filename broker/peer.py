@@ -93,6 +93,9 @@ class PeerConnection:
             except OSError as exc:
                 self._back_off()
                 raise PeerUnavailable(f"{self}: {exc}") from None
+            if self.closed:  # closed while connecting
+                writer.close()
+                raise PeerUnavailable(f"{self}: closed")
             self._failures = 0
             self._writer = writer
             self._reader_task = asyncio.get_running_loop().create_task(
@@ -114,6 +117,9 @@ class PeerConnection:
                     reason = f"response of {size} bytes refused"
                     break
                 frame = await reader.readexactly(size)
+                if size < _SIZE.size:
+                    reason = f"response of {size} bytes has no correlation id"
+                    break
                 (correlation_id,) = _SIZE.unpack_from(frame)
                 found = self._pending.get(correlation_id)
                 if found is None:
@@ -126,7 +132,7 @@ class PeerConnection:
                     break
                 if not future.done():
                     future.set_result(body)
-        except (asyncio.IncompleteReadError, OSError) as exc:
+        except (asyncio.IncompleteReadError, OSError, struct.error) as exc:
             reason = str(exc) or type(exc).__name__
         finally:
             if self._writer is writer:
@@ -138,6 +144,10 @@ class PeerConnection:
                     future.set_exception(PeerUnavailable(f"{self}: {reason}"))
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     async def close(self) -> None:
         self._closed = True

@@ -45,6 +45,7 @@ from broker.raft import (
     Ready,
     Role,
     Snapshot,
+    SnapshotId,
     Vote,
     VoteReply,
 )
@@ -153,6 +154,8 @@ class QuorumDriver:
         self._waiters: dict[tuple[int, type], tuple[Message, asyncio.Future[Message | None]]] = {}
         """Peer requests waiting for the core's reply: (sender, reply type) → the request."""
         self._proposals: collections.deque[_Proposal] = collections.deque()
+        self._queued: set[asyncio.Future[int]] = set()
+        """Proposals still in the queue, not yet handed to the core."""
         self._after_ready: list[asyncio.Future[None]] = []
         """Resolved once the Ready of the changes queued before them is carried out."""
         self.applied = 0
@@ -280,11 +283,17 @@ class QuorumDriver:
         before the entries commit (they may still commit: the outcome is unknown), and when
         `first_offset` is given and the first entry would go elsewhere (entries that name
         their own offset, as a broker registration does)."""
-        if not self.is_active:
+        if not self.is_active or self.failed is not None or self._stopping:
             raise NotController(self.leader)
+        if not payloads:
+            return self.applied
         done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._queued.add(done)
 
         def propose(now: int) -> None:
+            self._queued.discard(done)
+            if done.done():
+                return  # its caller gave up waiting
             core = self._core_or_fail()
             if first_offset is not None and core.log.end_offset != first_offset:
                 done.set_exception(NotController(core.leader))
@@ -315,8 +324,18 @@ class QuorumDriver:
 
     async def handle(self, api_key: int, version: int, body: RequestBody) -> ResponseBody:
         """Answer a quorum request from a peer (the controller listener's handlers)."""
-        core = self._core_or_fail()
         message = message_from_request(api_key, body)
+        core = self._core
+        if core is None or self.failed is not None or self._stopping:
+            # Starting, stopping, or its metadata log failed: this node takes no part now.
+            return response_for(
+                api_key,
+                version,
+                None,
+                epoch=0 if core is None else core.epoch,
+                leader=None,
+                error=ErrorCode.broker_not_available,
+            )
         cluster_id = getattr(body, "cluster_id", None)
         if cluster_id is not None and cluster_id != self._cluster_id:
             log.warning(
@@ -403,7 +422,14 @@ class QuorumDriver:
             # The disk failed under the metadata log: this node can no longer take part.
             log.exception("the metadata quorum stopped on node %d", self.node_id)
             self.failed = exc
+        finally:
+            self._inbox.clear()
             self._fail_proposals(NotController(None))
+            if self._active.is_set():
+                self._active.clear()
+                self._was_active = False
+                if self.on_leadership is not None:
+                    self.on_leadership(False)
 
     async def _carry_out(self, core: RaftNode) -> None:
         while True:
@@ -483,21 +509,29 @@ class QuorumDriver:
                 log.info("node %d is the active controller in epoch %d", self.node_id, core.epoch)
             if self.on_leadership is not None:
                 self.on_leadership(active)
+        # A follower or observer has caught up once it has applied what its leader had
+        # committed when it last answered a fetch that continued this node's log: until a
+        # leader answers, a restarted node cannot know how much it is missing.
+        leader_committed = core.leader_high_watermark
         if not self._caught_up.is_set() and (
             active
             or (
                 core.role is Role.FOLLOWER
-                and core.high_watermark > 0
-                and self.applied >= core.high_watermark >= core.log.end_offset
+                and leader_committed is not None
+                and self.applied >= leader_committed
             )
         ):
             self._caught_up.set()
 
     def _fail_proposals(self, error: Exception) -> None:
-        while self._proposals:
-            proposal = self._proposals.popleft()
-            if not proposal.done.done():
-                proposal.done.set_exception(error)
+        futures = [proposal.done for proposal in self._proposals]
+        if self._task is None or self._task.done() or self.failed is not None or self._stopping:
+            futures += self._queued  # no task will hand these to the core any more
+            self._queued.clear()
+        self._proposals.clear()
+        for future in futures:
+            if not future.done():
+                future.set_exception(error)
 
     async def _maybe_snapshot(self, core: RaftNode) -> None:
         if self._bytes_since_snapshot < self._snapshot_bytes:
@@ -511,8 +545,9 @@ class QuorumDriver:
         data = write_snapshot(
             payloads, end_offset=end, epoch=epoch, last_timestamp=wall, now_ms=wall
         )
+        # On disk first, then the core drops the log below it (nothing steps it meanwhile).
+        await asyncio.to_thread(self._store.save_snapshot, Snapshot(SnapshotId(end, epoch), data))
         snapshot_id = core.take_snapshot(end, data)
-        await asyncio.to_thread(self._store.save_snapshot, Snapshot(snapshot_id, data))
         self._bytes_since_snapshot = 0
         log.info("metadata snapshot %s written (%d records)", snapshot_id, len(payloads))
 

@@ -210,6 +210,10 @@ class RaftNode:
         self._last_fetch: dict[int, int] = {}
         self._parked: dict[int, tuple[Fetch, int]] = {}
         """Leader: fetches with nothing to return yet, by fetcher, with their deadlines."""
+        self.leader_high_watermark: int | None = None
+        """Follower and observer: the leader's high watermark in its latest reply that
+        continued this node's log; None until one has (a restart does not know the
+        committed log's end before it hears from a leader)."""
         self._fetchers: dict[int, tuple[int, int]] = {}
         """Leader: each fetcher's (fetch offset, time of its last fetch) in this epoch, for
         DescribeQuorum; observers included."""
@@ -621,6 +625,7 @@ class RaftNode:
             # up to the end of these entries, and no further is known to match.
             matched = reply.fetch_offset + len(reply.entries)
             self.high_watermark = max(self.high_watermark, min(reply.high_watermark, matched))
+            self.leader_high_watermark = reply.high_watermark
         self._maybe_fetch(now_ms)
 
     def _on_fetch_snapshot_reply(self, reply: FetchSnapshotReply, now_ms: int) -> None:

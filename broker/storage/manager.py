@@ -196,6 +196,14 @@ class LogManager:
             except OSError as exc:
                 self.offline_dirs[log_dir] = f"{type(exc).__name__}: {exc}"
 
+    def unlock(self) -> None:
+        """Let go of the log dirs without touching what is in them: a node that stops before
+        it loaded its logs must not write their checkpoints or a clean-shutdown marker."""
+        for handle in self._locks:
+            handle.close()
+        self._locks.clear()
+        self._locked.clear()
+
     def startup(self, now_ms: int, configs: dict[str, LogConfig] | None = None) -> None:
         """Lock and load every log dir; `configs` holds per-topic overrides."""
         configs = configs or {}
@@ -308,10 +316,7 @@ class LogManager:
                 continue
             self._write_checkpoints(log_dir)
             (log_dir / CLEAN_SHUTDOWN_FILE).write_text("{}\n")
-        for handle in self._locks:
-            handle.close()
-        self._locks.clear()
-        self._locked.clear()
+        self.unlock()
         self.logs.clear()
 
     # -- partitions -------------------------------------------------------------------------

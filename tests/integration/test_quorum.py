@@ -97,9 +97,15 @@ def wait_for_leader(
     raise AssertionError(f"no single leader within {timeout} s: {seen}")
 
 
+def metadata_of(node: RunningNode) -> Any:
+    """One Metadata request to this node itself (a client library would ask whichever broker
+    it learned of, which need not be this one): what its own image holds."""
+    body = fill(request_type(ApiKey.METADATA, 12), {"topics": None})
+    return call(("localhost", node.port), ApiKey.METADATA, 12, body)
+
+
 def topics_on(node: RunningNode) -> set[str]:
-    admin = AdminClient({"bootstrap.servers": node.bootstrap})
-    return set(admin.list_topics(timeout=10).topics)
+    return {topic.name for topic in metadata_of(node).topics}
 
 
 def create_topic(node: RunningNode, name: str) -> None:
@@ -149,8 +155,7 @@ def test_three_voters_elect_one_leader_and_every_node_applies_what_it_commits(
         raise AssertionError(f"voters did not catch up: {now}")
     # Every node names the active controller, so clients send admin writes there...
     for node in quorum:
-        admin = AdminClient({"bootstrap.servers": node.bootstrap})
-        assert admin.list_topics(timeout=10).controller_id == leader.node
+        assert metadata_of(node).controller_id == leader.node
     # ...and one that is not it refuses them rather than losing them.
     follower = next(n for i, n in enumerate(quorum, start=1) if i != leader.node)
     body = fill(
@@ -185,15 +190,26 @@ def test_a_killed_leader_is_replaced_and_catches_up_when_it_returns(
     print(f"new leader elected {elected_in:.2f} s after the SIGKILL")
 
 
-def test_a_stopped_leader_hands_over_at_once(quorum: list[RunningNode]) -> None:
+def test_a_stopped_leader_hands_over_at_once(tmp_path: Path) -> None:
     """SIGTERM: the leader resigns (EndQuorumEpoch), so the voters elect another without
-    waiting out the fetch timeout."""
+    waiting out the fetch timeout, ten seconds here."""
+    slow_to_notice = FAST_ELECTIONS | {"controller.quorum.fetch.timeout.ms": "10000"}
+    quorum = start_quorum(tmp_path, 3, slow_to_notice)
+    try:
+        _hand_over(quorum)
+    finally:
+        for node in quorum:
+            if node.process.poll() is None:
+                node.kill()
+
+
+def _hand_over(quorum: list[RunningNode]) -> None:
     first = wait_for_leader(list(quorum))
     stopped = quorum[first.node - 1]
     started = time.monotonic()
     stopped.process.send_signal(signal.SIGTERM)
     running: list[RunningNode | None] = [None if n is stopped else n for n in quorum]
-    second = wait_for_leader(running, not_in=(first.node,), timeout=10)
+    second = wait_for_leader(running, not_in=(first.node,), timeout=5)
     handed_over = time.monotonic() - started
     assert second.epoch > first.epoch
     assert stopped.stop() == 0, stopped.log_tail()
@@ -208,6 +224,8 @@ def test_a_node_behind_the_log_start_catches_up_from_a_snapshot(tmp_path: Path) 
     try:
         leader = wait_for_leader(list(nodes))
         behind = next(i for i in (1, 2, 3) if i != leader.node)
+        own = tmp_path / f"node-{behind}" / "logs" / "__cluster_metadata-0"
+        had = {path.name for path in own.glob("*.checkpoint")}
         assert nodes[behind - 1].stop() == 0
         leading = nodes[leader.node - 1]
         names = {f"t{i}" for i in range(5)}
@@ -218,8 +236,8 @@ def test_a_node_behind_the_log_start_catches_up_from_a_snapshot(tmp_path: Path) 
         nodes[behind - 1].restart()
         wait_listening(nodes[behind - 1], timeout=30)
         wait_for_topics(nodes[behind - 1], names)
-        own = tmp_path / f"node-{behind}" / "logs" / "__cluster_metadata-0"
-        assert list(own.glob("*.checkpoint")), "the node did not install the leader's snapshot"
+        fetched = {path.name for path in own.glob("*.checkpoint")} - had
+        assert fetched, "the node did not install a snapshot of the leader's"
         assert "installed snapshot" in nodes[behind - 1].log_tail(100_000)
     finally:
         for node in nodes:
@@ -247,3 +265,18 @@ def test_a_node_of_another_cluster_is_refused_by_the_quorum(tmp_path: Path) -> N
         for node in nodes:
             if node.process.poll() is None:
                 node.kill()
+
+
+def test_a_node_waiting_for_its_quorum_stops_on_sigterm(tmp_path: Path) -> None:
+    """One voter of three, the others never started: it waits for a quorum before serving,
+    and a SIGTERM meanwhile stops it cleanly (Kubernetes deleting a pod that cannot start)."""
+    nodes = start_quorum(tmp_path, 3, FAST_ELECTIONS, spawn={1})
+    alone = nodes[0]
+    try:
+        time.sleep(2)
+        assert alone.process.poll() is None
+        assert alone.stop(timeout=15) == 0, alone.log_tail()
+        assert "before it served" in alone.log_tail()
+    finally:
+        if alone.process.poll() is None:
+            alone.kill()

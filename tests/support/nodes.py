@@ -156,10 +156,12 @@ def start_quorum(
     extra: dict[str, str] | None = None,
     *,
     cluster_ids: dict[int, str] | None = None,
+    spawn: set[int] | None = None,
 ) -> list[RunningNode]:
     """`count` combined nodes (broker and controller) of one cluster, voters of one metadata
     quorum, each in `tmp/node-<id>`; returns once every one serves clients. `cluster_ids`
-    formats some nodes for another cluster: those are not waited for."""
+    formats some nodes for another cluster: those are not waited for. With `spawn`, only
+    those nodes are started, and none is waited for."""
     cluster_ids = cluster_ids or {}
     ports = [(free_port(), free_port()) for _ in range(count)]
     voters = ",".join(f"{i + 1}@localhost:{c}" for i, (_, c) in enumerate(ports))
@@ -178,6 +180,8 @@ def start_quorum(
             "offsets.topic.num.partitions": "5",
             "group.initial.rebalance.delay.ms": "0",
         } | (extra or {})
+        if spawn is not None and i + 1 not in spawn:
+            continue
         nodes.append(
             spawn_node(
                 directory,
@@ -187,6 +191,8 @@ def start_quorum(
                 controller_port=controller_port,
             )
         )
+    if spawn is not None:
+        return nodes
     try:
         for node in nodes:
             if node.cluster_id == QUORUM_CLUSTER_ID:

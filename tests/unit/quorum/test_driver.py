@@ -1,0 +1,140 @@
+"""The quorum driver on a real clock and disk, as one voter or cut off from its peers: what it
+commits is applied and survives a restart; a restart does not claim to have caught up before a
+leader said how far the log goes; a failed metadata disk or a caller that gives up never leaves
+a proposal waiting forever or the quorum stopped."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import pytest
+
+from broker.quorum.batches import write_snapshot
+from broker.quorum.driver import NotController, QuorumDriver
+from broker.quorum.store import QuorumStore
+from broker.raft import ElectionState, Snapshot, SnapshotId
+from tests.support.nodes import free_port
+
+ALONE = {1: ("localhost", 0)}
+
+
+class Machine:
+    """The state machine: what was applied, in order."""
+
+    def __init__(self) -> None:
+        self.applied: list[tuple[int, bytes]] = []
+        self.loaded: list[tuple[list[bytes], int]] = []
+
+    def apply(self, offset: int, payload: bytes) -> None:
+        self.applied.append((offset, payload))
+
+    def load(self, payloads: Sequence[bytes], end_offset: int) -> None:
+        self.loaded.append((list(payloads), end_offset))
+
+    def snapshot(self) -> Iterable[bytes]:
+        return [payload for _, payload in self.applied]
+
+
+def _monotonic() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+def _wall() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _driver(
+    path: Path, voters: dict[int, tuple[str, int]], machine: Machine | None = None
+) -> QuorumDriver:
+    store = QuorumStore(path, tuple(sorted(voters)), segment_bytes=8 << 20, now_ms=_wall())
+    return QuorumDriver(
+        1, voters, store, machine or Machine(), cluster_id="c", clock=_monotonic, wall_clock=_wall
+    )
+
+
+def test_a_single_voter_commits_applies_and_replays_after_a_restart(tmp_path: Path) -> None:
+    async def run(machine: Machine, proposals: list[list[bytes]]) -> int:
+        driver = _driver(tmp_path, ALONE, machine)
+        await driver.start()
+        await asyncio.wait_for(driver.wait_caught_up(), 5)
+        end = driver.applied
+        for payloads in proposals:
+            end = await driver.propose(payloads)
+        await driver.stop()
+        return end
+
+    first = Machine()
+    end = asyncio.run(run(first, [[b"a", b"b"], [b"c"]]))
+    assert [payload for _, payload in first.applied] == [b"a", b"b", b"c"]
+    assert end == first.applied[-1][0] + 1
+    again = Machine()
+    asyncio.run(run(again, []))
+    assert again.applied == first.applied
+
+
+def test_a_restarted_follower_has_not_caught_up_before_a_leader_answers(tmp_path: Path) -> None:
+    """A follower restarts with a snapshot and nothing after it, its quorum-state naming a
+    leader that is gone: its log looks complete, but it cannot know that, and must not serve
+    the image it had as if it were the committed one."""
+    voters = {node: ("localhost", free_port()) for node in (1, 2, 3)}
+    store = QuorumStore(tmp_path, (1, 2, 3), segment_bytes=8 << 20, now_ms=_wall())
+    data = write_snapshot([b"r1", b"r2"], end_offset=4, epoch=1, last_timestamp=1, now_ms=1)
+    store.save_election(ElectionState(1, None, 2))
+    store.install(Snapshot(SnapshotId(4, 1), data), 1)
+    store.close(2)
+
+    async def main() -> bool:
+        driver = _driver(tmp_path, voters)
+        await driver.start()
+        try:
+            await asyncio.wait_for(driver.wait_caught_up(), 1.0)
+        except TimeoutError:
+            return False
+        finally:
+            await driver.stop()
+        return True
+
+    assert not asyncio.run(main()), "caught up with no leader reachable"
+
+
+def test_a_failed_metadata_disk_refuses_proposals_instead_of_hanging(tmp_path: Path) -> None:
+    async def main() -> None:
+        driver = _driver(tmp_path, ALONE)
+        await driver.start()
+        await asyncio.wait_for(driver.wait_caught_up(), 5)
+        await driver.propose([b"a"])
+
+        def failing_disk(*args: object, **kwargs: object) -> None:
+            raise OSError(5, "Input/output error")
+
+        # Fault injection: an EIO from the disk under the metadata log.
+        driver._store.append = failing_disk  # type: ignore[method-assign]
+        with pytest.raises(NotController):
+            await driver.propose([b"b"])
+        assert isinstance(driver.failed, OSError)
+        assert not driver.is_active
+        with pytest.raises(NotController):
+            await asyncio.wait_for(driver.propose([b"c"]), 2)
+
+    asyncio.run(main())
+
+
+def test_a_caller_that_gives_up_does_not_stop_the_quorum(tmp_path: Path) -> None:
+    async def main() -> None:
+        driver = _driver(tmp_path, ALONE)
+        await driver.start()
+        await asyncio.wait_for(driver.wait_caught_up(), 5)
+        # Refused once dequeued (its entries would not go where it said), after its caller
+        # was cancelled, as MetadataService.close cancels a registration under way.
+        waiting = asyncio.ensure_future(driver.propose([b"x"], first_offset=10_000))
+        await asyncio.sleep(0)
+        waiting.cancel()
+        await asyncio.sleep(0.2)
+        assert driver.failed is None
+        assert await driver.propose([b"y"]) > 0
+        await driver.stop()
+
+    asyncio.run(main())
