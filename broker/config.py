@@ -206,6 +206,11 @@ class BrokerConfig:
     """`log.cleaner.dedupe.buffer.size`: the memory one round's offset map may take (128 MiB,
     about a million keys); a log with more distinct keys in its dirty range is cleaned over
     several rounds."""
+    broker_heartbeat_interval_ms: int = 2000
+    """`broker.heartbeat.interval.ms`: how often a broker tells the active controller it is
+    alive."""
+    broker_session_timeout_ms: int = 9000
+    """`broker.session.timeout.ms`: a broker not heard from this long is fenced."""
     controller_quorum_election_timeout_ms: int = 1000
     """`controller.quorum.election.timeout.ms`: without a leader this long (plus up to as much
     again at random), a voter campaigns."""
@@ -420,6 +425,8 @@ _BROKER: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "log.cleaner.enable": ("log_cleaner_enable", _bool),
     "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", _int(0)),
     "log.cleaner.dedupe.buffer.size": ("log_cleaner_dedupe_buffer_size", _int(1)),
+    "broker.heartbeat.interval.ms": ("broker_heartbeat_interval_ms", _int(1)),
+    "broker.session.timeout.ms": ("broker_session_timeout_ms", _int(1)),
     "controller.quorum.election.timeout.ms": ("controller_quorum_election_timeout_ms", _int(1)),
     "controller.quorum.fetch.timeout.ms": ("controller_quorum_fetch_timeout_ms", _int(1)),
     "controller.quorum.election.backoff.max.ms": (

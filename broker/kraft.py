@@ -17,34 +17,39 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
-from broker.config import SECURITY_PROTOCOL_IDS, BrokerConfig
+from broker.config import BrokerConfig
 from broker.metadata import MetadataImage, MetadataRecord, QuorumController
+from broker.metadata.brokers import (
+    BrokerSessions,
+    Heartbeat,
+    HeartbeatAnswer,
+    Registration,
+    RegistrationAnswer,
+    fence,
+    heartbeat,
+    register,
+)
 from broker.metadata.configs import ResolvedConfig, log_config, resolve_topic_configs
 from broker.metadata.image import BROKER_RESOURCE, Change
-from broker.metadata.records import (
-    BrokerEndpoint,
-    FeatureLevelRecord,
-    RegisterBrokerRecord,
-    UnfenceBrokerRecord,
-    decode_record,
-    encode_record,
-)
+from broker.metadata.records import decode_record, encode_record
 from broker.quorum import NotController, QuorumDriver, QuorumStore
 from broker.raft import QuorumTimeouts
 from broker.storage import LogConfig
 
-__all__ = ["METADATA_VERSION", "MetadataService", "NotController"]
+__all__ = ["MetadataService", "NotController"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-METADATA_VERSION = 21
-"""`metadata.version` feature level written when a cluster is formatted (Kafka 3.9-IV0)."""
+
+MAX_REPLICATION_FACTOR = 1
+"""Until partitions are replicated (the replication work of issue 12), a partition has one
+replica: a topic asking for more is refused, rather than created with followers that would
+never hold its records."""
 
 
 class MetadataService:
@@ -64,12 +69,14 @@ class MetadataService:
             self.image,
             num_partitions=config.num_partitions,
             replication_factor=config.default_replication_factor,
+            max_replication_factor=MAX_REPLICATION_FACTOR,
         )
         self.subscribers: list[Callable[[Change], None]] = []
         self.load_failures: list[str] = []
         """What this node failed to act on locally (see the module docstring)."""
         self._lock = asyncio.Lock()
         self.broker_epoch = -1
+        """This node's broker epoch once it is registered (`BrokerLifecycle` sets it)."""
         # Without `controller.quorum.voters`, a combined node is the only voter (`make run`).
         voters = config.controller_quorum_voters or {config.node_id: ("localhost", 0)}
         store = QuorumStore(
@@ -96,8 +103,11 @@ class MetadataService:
             endpoint=controller_endpoint,
         )
         self.driver.on_leadership = self._on_leadership
-        self._endpoints: dict[str, tuple[str, int]] | None = None
-        self._registering: asyncio.Task[None] | None = None
+        self._cluster_id = cluster_id
+        self._steady = steady_clock
+        self.sessions = BrokerSessions(config.broker_session_timeout_ms)
+        """The active controller's view of which brokers still send heartbeats."""
+        self._fencer: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Join the quorum and wait until the committed log is applied to the image (before
@@ -157,69 +167,72 @@ class MetadataService:
                 log.exception("this node failed to act on %s", change)
                 self.load_failures.append(f"{change}: {exc}")
 
-    # -- this node as a broker -----------------------------------------------------------------
+    # -- brokers, as the active controller sees them (KIP-631) ----------------------------------
 
-    async def register_broker(self, endpoints: dict[str, tuple[str, int]]) -> None:
-        """Register this node (its listeners and rack) and unfence it. The active controller
-        registers itself at once; another node registers when it becomes the active
-        controller (registration through the active controller, BrokerRegistration, is the
-        next step of the quorum work)."""
-        if "broker" not in self.config.process_roles:
-            return
-        self._endpoints = endpoints
-        if self.driver.is_active:
-            await self._register()
-        else:
-            log.warning(
-                "node %d is not the active controller: it registers as a broker once it is",
-                self.config.node_id,
+    async def register(self, request: Registration) -> RegistrationAnswer:
+        """A broker's BrokerRegistration, decided and committed here (the active controller)."""
+        return await self._propose_at(
+            lambda next_offset: register(
+                self.image,
+                self.sessions,
+                request,
+                cluster_id=self._cluster_id,
+                next_offset=next_offset,
+                now_ms=self._steady(),
             )
+        )
 
-    def _on_leadership(self, active: bool) -> None:
-        if not active or self._endpoints is None or "broker" not in self.config.process_roles:
-            return
-        if self._registering is None or self._registering.done():
-            self._registering = asyncio.get_running_loop().create_task(self._register())
+    async def heartbeat(self, request: Heartbeat) -> HeartbeatAnswer:
+        """A broker's BrokerHeartbeat, decided and committed here (the active controller)."""
+        return await self._propose_at(
+            lambda _: heartbeat(self.image, self.sessions, request, now_ms=self._steady())
+        )
 
-    async def _register(self) -> None:
-        endpoints = self._endpoints
-        assert endpoints is not None
+    async def _propose_at(self, decide: Callable[[int], tuple[Sequence[MetadataRecord], T]]) -> T:
+        """As `propose`, for records that name their own offset (a broker's epoch is the
+        offset of its registration): `decide` is told where the first record will go."""
         async with self._lock:
             if not self.driver.is_active:
-                return
-            records: list[MetadataRecord] = []
-            if "metadata.version" not in self.image.features:
-                records.append(FeatureLevelRecord("metadata.version", METADATA_VERSION))
-            # The broker epoch is the offset of the registration record (as in Kafka).
+                raise NotController(self.driver.leader)
             first = self.driver.end_offset
-            broker_epoch = first + len(records)
-            records.append(
-                RegisterBrokerRecord(
-                    broker_id=self.config.node_id,
-                    incarnation_id=uuid.uuid4(),
-                    broker_epoch=broker_epoch,
-                    end_points=tuple(
-                        BrokerEndpoint(
-                            name,
-                            host,
-                            port,
-                            SECURITY_PROTOCOL_IDS.get(
-                                self.config.listener_security_protocol_map.get(name, name), 0
-                            ),
-                        )
-                        for name, (host, port) in sorted(endpoints.items())
-                    ),
-                    rack=self.config.broker_rack,
-                    fenced=True,
-                )
-            )
-            records.append(UnfenceBrokerRecord(self.config.node_id, broker_epoch))
-            try:
+            records, result = decide(first)
+            if records:
                 await self.driver.propose([encode_record(r) for r in records], first_offset=first)
+            return result
+
+    def _on_leadership(self, active: bool) -> None:
+        if self._fencer is not None:
+            self._fencer.cancel()
+            self._fencer = None
+        if active:
+            # This node's own broker, if it has not registered in this process yet, is a new
+            # process of it: its old registration has no session to wait out.
+            restarted = self.config.node_id if self.broker_epoch < 0 else None
+            self.sessions.start(self.image, self._steady(), restarted=restarted)
+            self._fencer = asyncio.get_running_loop().create_task(self._fence_expired())
+
+    async def _fence_expired(self) -> None:
+        """Fence the brokers whose heartbeats stopped for `broker.session.timeout.ms`, for as
+        long as this node is the active controller."""
+        period = min(1.0, self.sessions.session_timeout_ms / 4000)
+        while True:
+            await asyncio.sleep(period)
+            if not self.sessions.expired(self.image, self._steady()):
+                continue
+            try:
+                await self.propose(self._fence_decision)
             except NotController:
-                log.warning("node %d lost leadership while registering", self.config.node_id)
                 return
-            self.broker_epoch = broker_epoch
+
+    def _fence_decision(self, _: QuorumController) -> tuple[list[MetadataRecord], None]:
+        expired = self.sessions.expired(self.image, self._steady())
+        if expired:
+            log.warning(
+                "fencing brokers %s: no heartbeat for %d ms",
+                expired,
+                self.sessions.session_timeout_ms,
+            )
+        return fence(self.image, expired), None
 
     @property
     def broker_dynamic_configs(self) -> dict[str, str]:
@@ -253,7 +266,7 @@ class MetadataService:
 
     async def close(self) -> None:
         """Resign leadership, if held, so the voters elect another at once; then stop."""
-        if self._registering is not None:
-            self._registering.cancel()
-            await asyncio.gather(self._registering, return_exceptions=True)
+        if self._fencer is not None:
+            self._fencer.cancel()
+            await asyncio.gather(self._fencer, return_exceptions=True)
         await self.driver.stop()

@@ -25,6 +25,7 @@ from broker.handlers import NodeState, build_dispatcher
 from broker.handlers.context import OFFSETS_TOPIC, Endpoint, steady_clock_ms, wall_clock_ms
 from broker.handlers.quorum import build_controller_dispatcher
 from broker.kraft import MetadataService
+from broker.lifecycle import BrokerLifecycle
 from broker.metadata import BROKER_RESOURCE, ConfigChanged, MetadataImage, PartitionChanged
 from broker.metadata.image import Change
 from broker.metrics import BrokerMetrics, MetricsEndpoint
@@ -109,6 +110,7 @@ class Node:
         self.metadata: MetadataService | None = None
         self.server: BrokerServer | None = None
         self._logs_loaded = False
+        self.lifecycle: BrokerLifecycle | None = None
         self.controller_server: BrokerServer | None = None
         """The controller listener: the metadata quorum's requests, when this node votes."""
         self.state: NodeState | None = None
@@ -174,15 +176,18 @@ class Node:
         self.server = BrokerServer(self.config, dispatcher)
         self._apply_connection_limits()
         metadata.subscribers.append(self._follow_connection_limits)
-        bound = await self.server.start()
+        bound = await self.server.start(serve=False)
         by_name = {b.name: b for b in bound}
         for listener in self.config.advertised:
             port = listener.port or by_name[listener.name].port
             host = listener.host or "localhost"
             self.state.advertised[listener.name] = Endpoint(host, port)
-        await metadata.register_broker(
-            {name: (e.host, e.port) for name, e in self.state.advertised.items()}
-        )
+        if "broker" in self.config.process_roles:
+            self.lifecycle = BrokerLifecycle(self.config, metadata, self.cluster_id)
+            await self.lifecycle.start(
+                {name: (e.host, e.port) for name, e in self.state.advertised.items()}
+            )
+        await self.server.serve()
         loop = asyncio.get_running_loop()
         self._housekeeping = loop.create_task(self._housekeep())
         if self.config.log_cleaner_enable:
@@ -293,6 +298,8 @@ class Node:
         return {key: p.high_watermark for key, p in self.state.replicas.partitions.items()}
 
     async def stop(self) -> None:
+        if self.lifecycle is not None:
+            await self.lifecycle.shut_down()
         if self.metadata is not None:
             await self.metadata.resign()
         for task in (self._cleaner, self._housekeeping):

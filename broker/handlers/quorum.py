@@ -1,6 +1,7 @@
 """The controller listener's handlers: the metadata quorum's own requests (Vote,
-BeginQuorumEpoch, EndQuorumEpoch, Fetch and FetchSnapshot of `__cluster_metadata`) and
-DescribeQuorum, which `kafka-metadata-quorum` sends.
+BeginQuorumEpoch, EndQuorumEpoch, Fetch and FetchSnapshot of `__cluster_metadata`),
+DescribeQuorum, which `kafka-metadata-quorum` sends, and the brokers' BrokerRegistration and
+BrokerHeartbeat.
 
 Client listeners have no handler for any of these, so they are neither advertised nor served
 there: a client that sends one anyway has its connection closed, as for any API a listener
@@ -9,9 +10,13 @@ does not serve.
 
 from __future__ import annotations
 
+import logging
+from datetime import timedelta
 from typing import Any
 
-from broker.kraft import MetadataService
+from broker.kraft import MetadataService, NotController
+from broker.metadata.brokers import Heartbeat, HeartbeatAnswer, Registration, RegistrationAnswer
+from broker.metadata.records import BrokerEndpoint
 from broker.protocol import ApiKey, ErrorCode, MalformedInput, ResponseBody, build, response_module
 from broker.quorum import METADATA_TOPIC
 from broker.server import CloseConnection, Dispatcher, Handler, RequestContext
@@ -20,6 +25,8 @@ from . import api_versions
 from .errors import error_response
 
 __all__ = ["CONTROLLER_APIS", "build_controller_dispatcher"]
+
+log = logging.getLogger(__name__)
 
 CONTROLLER_APIS = frozenset(
     {
@@ -30,6 +37,8 @@ CONTROLLER_APIS = frozenset(
         ApiKey.FETCH,
         ApiKey.FETCH_SNAPSHOT,
         ApiKey.DESCRIBE_QUORUM,
+        ApiKey.BROKER_REGISTRATION,
+        ApiKey.BROKER_HEARTBEAT,
     }
 )
 
@@ -114,6 +123,75 @@ class DescribeQuorum:
         return response
 
 
+class BrokerRegistration:
+    """A broker registers with the active controller (KIP-631)."""
+
+    def __init__(self, metadata: MetadataService) -> None:
+        self._metadata = metadata
+
+    async def __call__(self, context: RequestContext, request: Any) -> ResponseBody:
+        version = context.header.api_version
+        schema = response_module(ApiKey.BROKER_REGISTRATION, version)
+        registration = Registration(
+            broker_id=request.broker_id,
+            incarnation_id=request.incarnation_id,
+            cluster_id=request.cluster_id,
+            listeners=tuple(
+                BrokerEndpoint(lst.name, lst.host, lst.port, lst.security_protocol)
+                for lst in request.listeners
+            ),
+            rack=request.rack,
+        )
+        try:
+            answer = await self._metadata.register(registration)
+        except NotController:
+            answer = RegistrationAnswer(ErrorCode.not_controller)
+        if answer.error != ErrorCode.none:
+            log.warning(
+                "refused to register broker %d from %s: %s",
+                request.broker_id,
+                context.client_address,
+                answer.message or answer.error.name,
+            )
+        response: ResponseBody = build(
+            schema.BrokerRegistrationResponse,
+            throttle_time=timedelta(0),
+            error_code=answer.error,
+            broker_epoch=answer.broker_epoch,
+        )
+        return response
+
+
+class BrokerHeartbeat:
+    """A registered broker's heartbeat to the active controller (KIP-631)."""
+
+    def __init__(self, metadata: MetadataService) -> None:
+        self._metadata = metadata
+
+    async def __call__(self, context: RequestContext, request: Any) -> ResponseBody:
+        schema = response_module(ApiKey.BROKER_HEARTBEAT, context.header.api_version)
+        beat = Heartbeat(
+            request.broker_id,
+            request.broker_epoch,
+            request.current_metadata_offset,
+            want_fence=bool(request.want_fence),
+            want_shut_down=bool(request.want_shut_down),
+        )
+        try:
+            answer = await self._metadata.heartbeat(beat)
+        except NotController:
+            answer = HeartbeatAnswer(ErrorCode.not_controller)
+        response: ResponseBody = build(
+            schema.BrokerHeartbeatResponse,
+            throttle_time=timedelta(0),
+            error_code=answer.error,
+            is_caught_up=answer.is_caught_up,
+            is_fenced=answer.is_fenced,
+            should_shut_down=answer.should_shut_down,
+        )
+        return response
+
+
 def build_controller_dispatcher(metadata: MetadataService) -> Dispatcher:
     """The controller listener's handlers; ApiVersions advertises exactly these."""
     handlers: dict[int, Handler] = {}
@@ -129,6 +207,8 @@ def build_controller_dispatcher(metadata: MetadataService) -> Dispatcher:
     ):
         handlers[key] = quorum
     handlers[ApiKey.DESCRIBE_QUORUM] = DescribeQuorum(metadata)
+    handlers[ApiKey.BROKER_REGISTRATION] = BrokerRegistration(metadata)
+    handlers[ApiKey.BROKER_HEARTBEAT] = BrokerHeartbeat(metadata)
     dispatcher.register(handlers)
     if dispatcher.handled_api_keys != CONTROLLER_APIS:
         raise AssertionError("CONTROLLER_APIS is out of date")

@@ -130,8 +130,17 @@ class QuorumController:
         num_partitions: int,
         replication_factor: int,
         new_topic_id: Callable[[], uuid.UUID] = uuid.uuid4,
+        max_replication_factor: int | None = None,
     ) -> None:
+        """`max_replication_factor`: the most replicas a partition may have (None: as many as
+        there are brokers)."""
         self.image = image
+        self.max_replication_factor = max_replication_factor or 2**31 - 1
+        self._no_replication = (
+            f"Replication factors above {max_replication_factor} need partition replication, "
+            "which this version of Gregor does not have yet: create the topic with "
+            f"replication factor {max_replication_factor}."
+        )
         self.num_partitions = num_partitions
         self.replication_factor = replication_factor
         self._new_topic_id = new_topic_id
@@ -188,7 +197,7 @@ class QuorumController:
             self.num_partitions if request.num_partitions == -1 else max(request.num_partitions, 0)
         )
 
-    def _create_topic(
+    def _create_topic(  # noqa: PLR0911 - one return per refusal, in Kafka's order
         self, request: TopicRequest, creating: set[str], by_broker: bool, budget: int
     ) -> tuple[TopicResult, list[MetadataRecord]]:
         name = request.name
@@ -228,6 +237,10 @@ class QuorumController:
             problem = _check_assignments(assignments, brokers, first_partition=0)
             if problem is not None:
                 return TopicResult(name, ErrorCode.invalid_replica_assignment, problem), []
+            if any(len(r) > self.max_replication_factor for r in assignments.values()):
+                return TopicResult(
+                    name, ErrorCode.invalid_replication_factor, self._no_replication
+                ), []
         else:
             partitions = request.num_partitions
             if partitions == -1:
@@ -254,6 +267,10 @@ class QuorumController:
                     f"Unable to replicate the partition {factor} time(s): The target "
                     f"replication factor of {factor} cannot be reached because only "
                     f"{len(brokers)} broker(s) are registered.",
+                ), []
+            if factor > self.max_replication_factor:
+                return TopicResult(
+                    name, ErrorCode.invalid_replication_factor, self._no_replication
                 ), []
             _within(1 + partitions + len(request.configs), budget)
             assignments = _place(range(partitions), factor, brokers)

@@ -11,8 +11,12 @@ import uuid
 from dataclasses import dataclass, field, replace
 
 from .records import (
+    FENCE,
+    UNFENCE,
+    BrokerRegistrationChangeRecord,
     ConfigRecord,
     FeatureLevelRecord,
+    FenceBrokerRecord,
     MetadataRecord,
     PartitionChangeRecord,
     PartitionRecord,
@@ -21,6 +25,22 @@ from .records import (
     RemoveTopicRecord,
     TopicRecord,
     UnfenceBrokerRecord,
+    UnregisterBrokerRecord,
+)
+
+_BrokerRecord = (
+    RegisterBrokerRecord
+    | UnfenceBrokerRecord
+    | FenceBrokerRecord
+    | BrokerRegistrationChangeRecord
+    | UnregisterBrokerRecord
+)
+_BROKER_RECORDS = (
+    RegisterBrokerRecord,
+    UnfenceBrokerRecord,
+    FenceBrokerRecord,
+    BrokerRegistrationChangeRecord,
+    UnregisterBrokerRecord,
 )
 
 __all__ = [
@@ -91,6 +111,7 @@ class BrokerState:
     """Listener name → (host, port)."""
     rack: str | None
     fenced: bool
+    in_controlled_shutdown: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +157,14 @@ class MetadataImage:
         ]
         for broker_id in sorted(self._registrations):
             registration = self._registrations[broker_id]
-            fenced = self.brokers[broker_id].fenced
-            records.append(replace(registration, fenced=fenced))
+            state = self.brokers[broker_id]
+            records.append(
+                replace(
+                    registration,
+                    fenced=state.fenced,
+                    in_controlled_shutdown=state.in_controlled_shutdown,
+                )
+            )
         for topic in self.topics.values():
             records.append(TopicRecord(topic.name, topic.topic_id))
             for index, p in sorted(topic.partitions.items()):
@@ -182,6 +209,10 @@ class MetadataImage:
                 changes.append(PartitionChanged(topic, index, state))
         changes.extend(ConfigChanged(kind, name) for kind, name in sorted(config_keys))
         return changes
+
+    def registration(self, broker_id: int) -> RegisterBrokerRecord | None:
+        """The record that registered the broker as it is now, if it is registered."""
+        return self._registrations.get(broker_id)
 
     def topic_config(self, topic: str) -> dict[str, str]:
         """The topic's own settings (not the broker defaults under them)."""
@@ -234,19 +265,8 @@ class MetadataImage:
             if not entries:
                 del self.configs[key]
             return ConfigChanged(record.resource_type, record.resource_name)
-        if isinstance(record, RegisterBrokerRecord):
-            self._registrations[record.broker_id] = record
-            self.brokers[record.broker_id] = BrokerState(
-                broker_id=record.broker_id,
-                epoch=record.broker_epoch,
-                endpoints={e.name: (e.host, e.port) for e in record.end_points},
-                rack=record.rack,
-                fenced=record.fenced,
-            )
-            return None
-        if isinstance(record, UnfenceBrokerRecord):
-            broker = self.brokers[record.id]
-            self.brokers[record.id] = replace(broker, fenced=False)
+        if isinstance(record, _BROKER_RECORDS):
+            self._apply_to_broker(record)
             return None
         if isinstance(record, ProducerIdsRecord):
             self._producer_ids = record
@@ -256,6 +276,40 @@ class MetadataImage:
             self.features[record.name] = record.feature_level
             return None
         raise TypeError(f"no state change defined for {type(record).__name__}")
+
+    def _apply_to_broker(self, record: _BrokerRecord) -> None:
+        if isinstance(record, RegisterBrokerRecord):
+            self._registrations[record.broker_id] = record
+            self.brokers[record.broker_id] = BrokerState(
+                broker_id=record.broker_id,
+                epoch=record.broker_epoch,
+                endpoints={e.name: (e.host, e.port) for e in record.end_points},
+                rack=record.rack,
+                fenced=record.fenced,
+                in_controlled_shutdown=record.in_controlled_shutdown,
+            )
+            return
+        if isinstance(record, UnfenceBrokerRecord):
+            broker = self.brokers[record.id]
+            self.brokers[record.id] = replace(broker, fenced=False)
+            return
+        if isinstance(record, FenceBrokerRecord):
+            broker = self.brokers[record.id]
+            self.brokers[record.id] = replace(broker, fenced=True)
+            return
+        if isinstance(record, BrokerRegistrationChangeRecord):
+            broker = self.brokers[record.broker_id]
+            if record.fenced == FENCE:
+                broker = replace(broker, fenced=True)
+            elif record.fenced == UNFENCE:
+                broker = replace(broker, fenced=False)
+            if record.in_controlled_shutdown:
+                broker = replace(broker, in_controlled_shutdown=True)
+            self.brokers[record.broker_id] = broker
+            return
+        if isinstance(record, UnregisterBrokerRecord):
+            self.brokers.pop(record.broker_id, None)
+            self._registrations.pop(record.broker_id, None)
 
     @property
     def live_brokers(self) -> list[BrokerState]:

@@ -22,8 +22,12 @@ from broker.protocol.errors import MalformedInput
 from broker.protocol.primitives import read_uvarint, write_uvarint
 
 __all__ = [
+    "FENCE",
+    "UNFENCE",
+    "BrokerRegistrationChangeRecord",
     "ConfigRecord",
     "FeatureLevelRecord",
+    "FenceBrokerRecord",
     "MetadataRecord",
     "PartitionChangeRecord",
     "PartitionRecord",
@@ -32,6 +36,7 @@ __all__ = [
     "RemoveTopicRecord",
     "TopicRecord",
     "UnfenceBrokerRecord",
+    "UnregisterBrokerRecord",
     "decode_record",
     "encode_record",
 ]
@@ -223,6 +228,54 @@ class UnfenceBrokerRecord(MetadataRecord):
 
 
 @dataclass(frozen=True, slots=True)
+class FenceBrokerRecord(MetadataRecord):
+    """The broker missed its heartbeats (or asked to be fenced): it leads nothing, clients are
+    not told of it."""
+
+    id: int
+    epoch: int
+    API_KEY: ClassVar = 7
+    VERSION: ClassVar = 0
+    FIELDS: ClassVar = (Spec("id", "int32"), Spec("epoch", "int64"))
+
+
+@dataclass(frozen=True, slots=True)
+class UnregisterBrokerRecord(MetadataRecord):
+    broker_id: int
+    broker_epoch: int
+    API_KEY: ClassVar = 1
+    VERSION: ClassVar = 0
+    FIELDS: ClassVar = (Spec("broker_id", "int32"), Spec("broker_epoch", "int64"))
+
+
+FENCE = 1
+UNFENCE = -1
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistrationChangeRecord(MetadataRecord):
+    """A registered broker's state changes: `fenced` is FENCE, UNFENCE or 0 (unchanged);
+    `in_controlled_shutdown` 1 once it asked to shut down."""
+
+    broker_id: int
+    broker_epoch: int
+    fenced: int = 0
+    in_controlled_shutdown: int = 0
+    log_dirs: tuple[uuid.UUID, ...] = ()
+    cordoned_log_dirs: tuple[uuid.UUID, ...] | None = None
+    API_KEY: ClassVar = 17
+    VERSION: ClassVar = 3
+    FIELDS: ClassVar = (
+        Spec("broker_id", "int32"),
+        Spec("broker_epoch", "int64"),
+        Spec("fenced", "int8", tag=0),
+        Spec("in_controlled_shutdown", "int8", since=1, tag=1),
+        Spec("log_dirs", "[]uuid", since=2, tag=2),
+        Spec("cordoned_log_dirs", "[]uuid", since=3, nullable=True, tag=3),
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class RemoveTopicRecord(MetadataRecord):
     topic_id: uuid.UUID
     API_KEY: ClassVar = 9
@@ -263,6 +316,9 @@ RECORD_TYPES: dict[int, type[Any]] = {
         ConfigRecord,
         PartitionChangeRecord,
         UnfenceBrokerRecord,
+        FenceBrokerRecord,
+        UnregisterBrokerRecord,
+        BrokerRegistrationChangeRecord,
         RemoveTopicRecord,
         FeatureLevelRecord,
         ProducerIdsRecord,

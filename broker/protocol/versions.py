@@ -143,12 +143,14 @@ SUPPORTED: Mapping[ApiKey, VersionRange] = _table(
         ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
         ApiKey.DESCRIBE_CLUSTER: (0, 2),
-        # The metadata quorum's, served on the controller listener only.
+        # The metadata quorum's and the brokers' own, served on the controller listener only.
         ApiKey.VOTE: (0, 2),
         ApiKey.BEGIN_QUORUM_EPOCH: (0, 1),
         ApiKey.END_QUORUM_EPOCH: (0, 1),
         ApiKey.DESCRIBE_QUORUM: (0, 2),
         ApiKey.FETCH_SNAPSHOT: (0, 1),
+        ApiKey.BROKER_REGISTRATION: (0, 4),
+        ApiKey.BROKER_HEARTBEAT: (0, 1),
     }
 )
 """The APIs and versions a node will serve, each on the listeners that have its handler."""

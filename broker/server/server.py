@@ -58,7 +58,10 @@ class BrokerServer:
         self._sweeper: asyncio.Task[None] | None = None
         self.bound: list[BoundListener] = []
 
-    async def start(self) -> list[BoundListener]:
+    async def start(self, *, serve: bool = True) -> list[BoundListener]:
+        """Bind every listener; accept connections at once, or (`serve=False`) only from
+        `serve()` on: a broker binds first, to know its ports, and accepts clients once the
+        controller has unfenced it, as Kafka's does."""
         loop = asyncio.get_running_loop()
         for listener in self._config.listeners:
             if (listener.name in self._config.controller_listener_names) != self._controller:
@@ -68,6 +71,7 @@ class BrokerServer:
                 host=listener.host or None,
                 port=listener.port,
                 reuse_address=True,
+                start_serving=serve,
             )
             self._servers.append(server)
             port = server.sockets[0].getsockname()[1]
@@ -75,6 +79,11 @@ class BrokerServer:
             log.info("listening on %s://%s:%d", listener.name, listener.host, port)
         self._sweeper = loop.create_task(self._close_idle_connections())
         return self.bound
+
+    async def serve(self) -> None:
+        """Start accepting connections on listeners bound with `start(serve=False)`."""
+        for server in self._servers:
+            await server.start_serving()
 
     def _connection(self, listener: Listener) -> Connection:
         return Connection(

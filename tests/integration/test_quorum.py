@@ -2,13 +2,15 @@
 loopback: they elect one leader, every node applies what it commits, and the quorum carries on
 when its leader is killed or stopped, or a node falls behind the log start.
 
-Until brokers register with a remote controller (BrokerRegistration), a node registers as a
-broker when it becomes the active controller, and admin writes must reach the active controller
-(others answer NOT_CONTROLLER): these tests create topics there.
+Every node registers as a broker with the active controller (BrokerRegistration), keeps its
+session with heartbeats, is fenced when they stop and let go on SIGTERM. Until brokers forward
+admin writes, they must reach the active controller (others answer NOT_CONTROLLER): these tests
+create topics there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import signal
 import socket
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
@@ -111,6 +114,23 @@ def topics_on(node: RunningNode) -> set[str]:
 def create_topic(node: RunningNode, name: str) -> None:
     admin = AdminClient({"bootstrap.servers": node.bootstrap})
     admin.create_topics([NewTopic(name, 1, 1)], operation_timeout=10)[name].result(timeout=30)
+
+
+def brokers_on(node: RunningNode) -> set[int]:
+    return {broker.node_id for broker in metadata_of(node).brokers}
+
+
+def wait_for_brokers(node: RunningNode, ids: set[int], timeout: float = 15.0) -> None:
+    """Until this node's metadata lists exactly the brokers `ids` (registered, unfenced)."""
+    deadline = time.monotonic() + timeout
+    found: set[int] = set()
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            found = brokers_on(node)
+            if found == ids:
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"{node.bootstrap} lists brokers {sorted(found)}, not {sorted(ids)}")
 
 
 def wait_for_topics(node: RunningNode, names: set[str], timeout: float = 15.0) -> None:
@@ -212,7 +232,7 @@ def _hand_over(quorum: list[RunningNode]) -> None:
     second = wait_for_leader(running, not_in=(first.node,), timeout=5)
     handed_over = time.monotonic() - started
     assert second.epoch > first.epoch
-    assert stopped.stop() == 0, stopped.log_tail()
+    assert stopped.process.wait(20) == 0, stopped.log_tail()
     create_topic(quorum[second.node - 1], "after-handover")
     assert f"node {first.node} resigns" in stopped.log_tail(100_000)
     print(f"handed over {handed_over:.2f} s after SIGTERM")
@@ -280,3 +300,64 @@ def test_a_node_waiting_for_its_quorum_stops_on_sigterm(tmp_path: Path) -> None:
     finally:
         if alone.process.poll() is None:
             alone.kill()
+
+
+LIFECYCLE = FAST_ELECTIONS | {
+    "broker.heartbeat.interval.ms": "200",
+    "broker.session.timeout.ms": "2000",
+}
+
+
+def test_every_node_registers_and_a_silent_one_is_fenced_until_it_returns(
+    tmp_path: Path,
+) -> None:
+    nodes = start_quorum(tmp_path, 3, LIFECYCLE)
+    try:
+        leader = wait_for_leader(list(nodes))
+        for node in nodes:
+            wait_for_brokers(node, {1, 2, 3})
+        # A follower's process dies: after its session (2 s) the others stop naming it.
+        silent = next(i for i in (1, 2, 3) if i != leader.node)
+        nodes[silent - 1].kill()
+        wait_for_brokers(nodes[leader.node - 1], {1, 2, 3} - {silent})
+        assert f"fencing brokers [{silent}]" in nodes[leader.node - 1].log_tail(100_000)
+        # Back, as a new process of the same node: registered and unfenced again.
+        nodes[silent - 1].restart()
+        wait_listening(nodes[silent - 1], timeout=30)
+        for node in nodes:
+            wait_for_brokers(node, {1, 2, 3})
+    finally:
+        for node in nodes:
+            if node.process.poll() is None:
+                node.kill()
+
+
+def test_a_stopped_broker_is_let_go_at_once(tmp_path: Path) -> None:
+    """SIGTERM is a controlled shutdown: the controller fences the broker when it asks, not
+    after its session (a minute here)."""
+    nodes = start_quorum(tmp_path, 3, FAST_ELECTIONS | {"broker.session.timeout.ms": "60000"})
+    try:
+        leader = wait_for_leader(list(nodes))
+        wait_for_brokers(nodes[leader.node - 1], {1, 2, 3})
+        leaving = next(i for i in (1, 2, 3) if i != leader.node)
+        assert nodes[leaving - 1].stop() == 0
+        assert f"the controller let broker {leaving} shut down" in nodes[leaving - 1].log_tail()
+        wait_for_brokers(nodes[leader.node - 1], {1, 2, 3} - {leaving}, timeout=5)
+    finally:
+        for node in nodes:
+            if node.process.poll() is None:
+                node.kill()
+
+
+def test_replicated_topics_are_refused_until_partitions_replicate(
+    quorum: list[RunningNode],
+) -> None:
+    leader = wait_for_leader(list(quorum))
+    wait_for_brokers(quorum[leader.node - 1], {1, 2, 3})
+    admin = AdminClient({"bootstrap.servers": quorum[leader.node - 1].bootstrap})
+    future = admin.create_topics([NewTopic("replicated", 3, 3)], operation_timeout=10)
+    with pytest.raises(KafkaException) as refused:
+        future["replicated"].result(timeout=30)
+    error = refused.value.args[0]
+    assert error.code() == KafkaError.INVALID_REPLICATION_FACTOR
+    assert "replication factor 1" in error.str()

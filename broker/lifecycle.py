@@ -1,0 +1,214 @@
+"""A broker's life as the active controller sees it (KIP-631): it registers, is unfenced once
+it has caught up with the metadata log, keeps its session with a heartbeat every
+`broker.heartbeat.interval.ms`, and on SIGTERM asks to shut down and waits to be told it may.
+
+The active controller may be this very node (combined mode, `make run`): then the requests go
+to it in process; otherwise to the controller listener of the voter that leads, as
+BrokerRegistration and BrokerHeartbeat requests. A controller that moves, refuses
+(NOT_CONTROLLER) or does not answer is retried after `RETRY_BACKOFF_S`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from typing import Any
+
+from broker.config import SECURITY_PROTOCOL_IDS, BrokerConfig
+from broker.kraft import MetadataService, NotController
+from broker.metadata.brokers import Heartbeat, HeartbeatAnswer, Registration, RegistrationAnswer
+from broker.metadata.records import BrokerEndpoint
+from broker.peer import PeerConnection, PeerUnavailable
+from broker.protocol import ApiKey, ErrorCode, build, request_type
+from broker.protocol.messages import request_module
+
+__all__ = ["BrokerLifecycle"]
+
+log = logging.getLogger(__name__)
+
+RETRY_BACKOFF_S = 0.1
+REGISTRATION_VERSION = 4
+HEARTBEAT_VERSION = 1
+
+
+class BrokerLifecycle:
+    def __init__(self, config: BrokerConfig, metadata: MetadataService, cluster_id: str) -> None:
+        self._config = config
+        self._metadata = metadata
+        self._cluster_id = cluster_id
+        self.incarnation_id = uuid.uuid4()
+        self.broker_epoch = -1
+        self.fenced = True
+        self._unfenced = asyncio.Event()
+        self._heartbeats: asyncio.Task[None] | None = None
+        self._peers: dict[int, PeerConnection] = {}
+        self._stopping = False
+
+    # -- what the node does ------------------------------------------------------------------
+
+    async def start(self, endpoints: dict[str, tuple[str, int]]) -> None:
+        """Register this broker, then keep heartbeating; returns once it is unfenced."""
+        config = self._config
+        listeners = tuple(
+            BrokerEndpoint(
+                name,
+                host,
+                port,
+                SECURITY_PROTOCOL_IDS.get(config.listener_security_protocol_map.get(name, name), 0),
+            )
+            for name, (host, port) in sorted(endpoints.items())
+        )
+        request = Registration(
+            config.node_id, self.incarnation_id, self._cluster_id, listeners, config.broker_rack
+        )
+        while True:
+            answer = await self._register(request)
+            if answer is not None and answer.error == ErrorCode.none:
+                break
+            if answer is not None:
+                log.error(
+                    "the controller refused to register broker %d: %s (%s); retrying",
+                    config.node_id,
+                    answer.error.name,
+                    answer.message,
+                )
+                await asyncio.sleep(1)
+            else:
+                await asyncio.sleep(RETRY_BACKOFF_S)
+        self.broker_epoch = self._metadata.broker_epoch = answer.broker_epoch
+        log.info("broker %d registered with epoch %d", config.node_id, self.broker_epoch)
+        self._heartbeats = asyncio.get_running_loop().create_task(self._heartbeat_loop())
+        await self._unfenced.wait()
+
+    async def shut_down(self, timeout_s: float = 10.0) -> None:
+        """Controlled shutdown: ask the active controller to let this broker go, and wait
+        until it says so (or `timeout_s` passed: the controller may be gone too)."""
+        self._stopping = True
+        if self._heartbeats is not None:
+            self._heartbeats.cancel()
+            await asyncio.gather(self._heartbeats, return_exceptions=True)
+        if self.broker_epoch >= 0:
+            try:
+                async with asyncio.timeout(timeout_s):
+                    while True:
+                        answer = await self._heartbeat(want_shut_down=True)
+                        if answer is not None and answer.should_shut_down:
+                            log.info("the controller let broker %d shut down", self._config.node_id)
+                            break
+                        await asyncio.sleep(RETRY_BACKOFF_S)
+            except TimeoutError:
+                log.warning("no controller answered the controlled shutdown; stopping anyway")
+        for peer in self._peers.values():
+            await peer.close()
+
+    async def _heartbeat_loop(self) -> None:
+        interval = self._config.broker_heartbeat_interval_ms / 1000
+        while not self._stopping:
+            answer = await self._heartbeat(want_shut_down=False)
+            if answer is None:
+                await asyncio.sleep(RETRY_BACKOFF_S)
+                continue
+            if answer.error == ErrorCode.stale_broker_epoch:
+                log.error(
+                    "the controller no longer knows broker %d at epoch %d (it was fenced or "
+                    "replaced)",
+                    self._config.node_id,
+                    self.broker_epoch,
+                )
+            elif answer.error == ErrorCode.none:
+                if self.fenced != answer.is_fenced:
+                    log.info(
+                        "broker %d is %s",
+                        self._config.node_id,
+                        "fenced" if answer.is_fenced else "unfenced",
+                    )
+                self.fenced = answer.is_fenced
+                if not answer.is_fenced:
+                    self._unfenced.set()
+            # Fenced (catching up, or refused): ask again soon rather than in a whole interval.
+            await asyncio.sleep(RETRY_BACKOFF_S if answer.is_fenced else interval)
+
+    # -- requests to the active controller ---------------------------------------------------
+
+    async def _register(self, request: Registration) -> RegistrationAnswer | None:
+        metadata = self._metadata
+        if metadata.is_active_controller:
+            try:
+                return await metadata.register(request)
+            except NotController:
+                return None
+        body = build(
+            request_type(ApiKey.BROKER_REGISTRATION, REGISTRATION_VERSION),
+            broker_id=request.broker_id,
+            cluster_id=request.cluster_id,
+            incarnation_id=request.incarnation_id,
+            listeners=tuple(
+                build(
+                    request_module(ApiKey.BROKER_REGISTRATION, REGISTRATION_VERSION).Listener,
+                    name=e.name,
+                    host=e.host,
+                    port=e.port,
+                    security_protocol=e.security_protocol,
+                )
+                for e in request.listeners
+            ),
+            features=(),
+            rack=request.rack,
+            log_dirs=(),
+            previous_broker_epoch=-1,
+        )
+        response = await self._send(ApiKey.BROKER_REGISTRATION, REGISTRATION_VERSION, body)
+        if response is None or response.error_code == ErrorCode.not_controller:
+            return None
+        return RegistrationAnswer(ErrorCode(response.error_code), None, response.broker_epoch)
+
+    async def _heartbeat(self, *, want_shut_down: bool) -> HeartbeatAnswer | None:
+        metadata = self._metadata
+        request = Heartbeat(
+            self._config.node_id,
+            self.broker_epoch,
+            metadata.driver.applied - 1,
+            want_shut_down=want_shut_down,
+        )
+        if metadata.is_active_controller:
+            try:
+                return await metadata.heartbeat(request)
+            except NotController:
+                return None
+        body = build(
+            request_type(ApiKey.BROKER_HEARTBEAT, HEARTBEAT_VERSION),
+            broker_id=request.broker_id,
+            broker_epoch=request.broker_epoch,
+            current_metadata_offset=request.metadata_offset,
+            want_fence=False,
+            want_shut_down=want_shut_down,
+            offline_log_dirs=(),
+        )
+        response = await self._send(ApiKey.BROKER_HEARTBEAT, HEARTBEAT_VERSION, body)
+        if response is None or response.error_code == ErrorCode.not_controller:
+            return None
+        return HeartbeatAnswer(
+            ErrorCode(response.error_code),
+            bool(response.is_caught_up),
+            bool(response.is_fenced),
+            bool(response.should_shut_down),
+        )
+
+    async def _send(self, api_key: ApiKey, version: int, body: Any) -> Any:
+        """The request to the leader of the metadata quorum, over its controller listener;
+        None when there is none known or it did not answer."""
+        leader = self._metadata.driver.leader
+        address = None if leader is None else self._config.controller_quorum_voters.get(leader)
+        if leader is None or address is None:
+            return None
+        peer = self._peers.get(leader)
+        if peer is None:
+            peer = self._peers[leader] = PeerConnection(
+                leader, *address, client_id=f"broker-{self._config.node_id}"
+            )
+        timeout_s = self._config.controller_quorum_request_timeout_ms / 1000
+        with contextlib.suppress(PeerUnavailable, TimeoutError):
+            return await peer.request(api_key, version, body, timeout_s=timeout_s)
+        return None

@@ -1,0 +1,208 @@
+"""Brokers joining and leaving the cluster, as the active controller decides it (KIP-631):
+registration, heartbeats, fencing, and controlled shutdown.
+
+Pure, like the rest of the controller: the image and the request in, records and an answer
+out. Liveness is the one thing that is not in the log: `BrokerSessions` is the active
+controller's memory of when each broker last sent a heartbeat (Kafka's
+`BrokerHeartbeatManager`). A controller that has just become active gives every registered
+broker a whole session, since it cannot know when they last reached its predecessor.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from broker.protocol.errors import ErrorCode
+
+from .image import MetadataImage
+from .records import (
+    FENCE,
+    BrokerEndpoint,
+    BrokerRegistrationChangeRecord,
+    FeatureLevelRecord,
+    FenceBrokerRecord,
+    MetadataRecord,
+    RegisterBrokerRecord,
+    UnfenceBrokerRecord,
+)
+
+__all__ = [
+    "METADATA_VERSION",
+    "BrokerSessions",
+    "Heartbeat",
+    "HeartbeatAnswer",
+    "Registration",
+    "RegistrationAnswer",
+    "fence",
+    "heartbeat",
+    "register",
+]
+
+METADATA_VERSION = 21
+"""`metadata.version` feature level written when a cluster is formatted (Kafka 3.9-IV0)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """A BrokerRegistration request."""
+
+    broker_id: int
+    incarnation_id: uuid.UUID
+    cluster_id: str
+    listeners: tuple[BrokerEndpoint, ...]
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RegistrationAnswer:
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+    broker_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """A BrokerHeartbeat request: `metadata_offset` is the last metadata offset the broker
+    has applied (-1: none)."""
+
+    broker_id: int
+    broker_epoch: int
+    metadata_offset: int
+    want_fence: bool = False
+    want_shut_down: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatAnswer:
+    error: ErrorCode = ErrorCode.none
+    is_caught_up: bool = False
+    is_fenced: bool = True
+    should_shut_down: bool = False
+
+
+class BrokerSessions:
+    """When each broker last reached the active controller, in the controller's clock."""
+
+    def __init__(self, session_timeout_ms: int) -> None:
+        self.session_timeout_ms = session_timeout_ms
+        self._last: dict[int, int] = {}
+
+    def start(self, image: MetadataImage, now_ms: int, *, restarted: int | None = None) -> None:
+        """This controller has just become active: every unfenced broker has a whole session
+        from now, but `restarted`, a broker known to be a new process (this very node,
+        starting again after a crash: its log dirs are locked to this process)."""
+        self._last = {
+            broker.broker_id: now_ms
+            for broker in image.brokers.values()
+            if not broker.fenced and broker.broker_id != restarted
+        }
+
+    def touch(self, broker_id: int, now_ms: int) -> None:
+        self._last[broker_id] = now_ms
+
+    def end(self, broker_id: int) -> None:
+        """The broker shut down cleanly: its next process need not wait for a session."""
+        self._last.pop(broker_id, None)
+
+    def alive(self, broker_id: int, now_ms: int) -> bool:
+        last = self._last.get(broker_id)
+        return last is not None and now_ms - last < self.session_timeout_ms
+
+    def expired(self, image: MetadataImage, now_ms: int) -> list[int]:
+        """Unfenced brokers whose session ran out: the ones to fence."""
+        return [
+            broker.broker_id
+            for broker in image.brokers.values()
+            if not broker.fenced and not self.alive(broker.broker_id, now_ms)
+        ]
+
+
+def register(
+    image: MetadataImage,
+    sessions: BrokerSessions,
+    request: Registration,
+    *,
+    cluster_id: str,
+    next_offset: int,
+    now_ms: int,
+) -> tuple[list[MetadataRecord], RegistrationAnswer]:
+    """Register a broker, fenced until it has caught up with the metadata log. Its epoch is
+    the offset of its registration record (`next_offset` is where the records go). The same
+    process registering again (a retry) keeps its epoch; another process with the same node id
+    is refused while the first one's session lasts."""
+    if request.cluster_id != cluster_id:
+        return [], RegistrationAnswer(
+            ErrorCode.inconsistent_cluster_id,
+            f"Expected cluster ID {cluster_id}, but got cluster ID {request.cluster_id}",
+        )
+    registered = image.registration(request.broker_id)
+    if registered is not None:
+        if registered.incarnation_id == request.incarnation_id:
+            sessions.touch(request.broker_id, now_ms)
+            return [], RegistrationAnswer(broker_epoch=registered.broker_epoch)
+        if sessions.alive(request.broker_id, now_ms):
+            return [], RegistrationAnswer(
+                ErrorCode.duplicate_broker_registration,
+                f"Another broker is registered with node id {request.broker_id} and its "
+                f"session has not expired (incarnation {registered.incarnation_id})",
+            )
+    records: list[MetadataRecord] = []
+    if "metadata.version" not in image.features:
+        records.append(FeatureLevelRecord("metadata.version", METADATA_VERSION))
+    epoch = next_offset + len(records)
+    records.append(
+        RegisterBrokerRecord(
+            broker_id=request.broker_id,
+            incarnation_id=request.incarnation_id,
+            broker_epoch=epoch,
+            end_points=request.listeners,
+            rack=request.rack,
+            fenced=True,
+        )
+    )
+    sessions.touch(request.broker_id, now_ms)
+    return records, RegistrationAnswer(broker_epoch=epoch)
+
+
+def heartbeat(
+    image: MetadataImage, sessions: BrokerSessions, request: Heartbeat, *, now_ms: int
+) -> tuple[list[MetadataRecord], HeartbeatAnswer]:
+    """A broker's heartbeat keeps its session; it is unfenced once it has applied the log up
+    to its own registration, fenced when it asks, and told it may shut down once it asked to
+    (the leaderships it held are moved by the replication work that comes next)."""
+    broker = image.brokers.get(request.broker_id)
+    if broker is None or broker.epoch != request.broker_epoch:
+        return [], HeartbeatAnswer(ErrorCode.stale_broker_epoch)
+    caught_up = request.metadata_offset >= broker.epoch
+    records: list[MetadataRecord] = []
+    fenced = broker.fenced
+    if request.want_shut_down:
+        sessions.end(request.broker_id)
+        if not broker.in_controlled_shutdown or not broker.fenced:
+            records.append(
+                BrokerRegistrationChangeRecord(
+                    broker.broker_id, broker.epoch, fenced=FENCE, in_controlled_shutdown=1
+                )
+            )
+        return records, HeartbeatAnswer(
+            is_caught_up=caught_up, is_fenced=True, should_shut_down=True
+        )
+    sessions.touch(request.broker_id, now_ms)
+    if request.want_fence:
+        if not broker.fenced:
+            records.append(FenceBrokerRecord(broker.broker_id, broker.epoch))
+        fenced = True
+    elif broker.fenced and caught_up and not broker.in_controlled_shutdown:
+        records.append(UnfenceBrokerRecord(broker.broker_id, broker.epoch))
+        fenced = False
+    return records, HeartbeatAnswer(is_caught_up=caught_up, is_fenced=fenced)
+
+
+def fence(image: MetadataImage, broker_ids: list[int]) -> list[MetadataRecord]:
+    """Fence brokers whose sessions expired."""
+    return [
+        FenceBrokerRecord(broker_id, image.brokers[broker_id].epoch)
+        for broker_id in broker_ids
+        if broker_id in image.brokers and not image.brokers[broker_id].fenced
+    ]

@@ -1,0 +1,238 @@
+"""The active controller's rules for brokers (KIP-631): a broker registers fenced with its
+registration's offset as its epoch, is unfenced only once it has caught up with the log, is
+fenced when its heartbeats stop or it asks, and is let go on a controlled shutdown; another
+process with the same node id is refused while the first one lives."""
+
+from __future__ import annotations
+
+import uuid
+
+from broker.metadata.brokers import (
+    METADATA_VERSION,
+    BrokerSessions,
+    Heartbeat,
+    Registration,
+    fence,
+    heartbeat,
+    register,
+)
+from broker.metadata.controller import QuorumController, TopicRequest
+from broker.metadata.image import MetadataImage
+from broker.metadata.records import (
+    BrokerEndpoint,
+    BrokerRegistrationChangeRecord,
+    FeatureLevelRecord,
+    FenceBrokerRecord,
+    MetadataRecord,
+    RegisterBrokerRecord,
+    UnfenceBrokerRecord,
+    UnregisterBrokerRecord,
+    decode_record,
+    encode_record,
+)
+from broker.protocol import ErrorCode
+
+CLUSTER = "cluster-1"
+SESSION_MS = 9000
+LISTENERS = (BrokerEndpoint("PLAINTEXT", "localhost", 9092, 0),)
+
+
+class Cluster:
+    """An image with the records applied at consecutive offsets, as the log commits them."""
+
+    def __init__(self) -> None:
+        self.image = MetadataImage()
+        self.sessions = BrokerSessions(SESSION_MS)
+        self.next_offset = 0
+
+    def commit(self, records: list[MetadataRecord]) -> None:
+        for record in records:
+            self.image.apply(decode_record(encode_record(record)), self.next_offset)
+            self.next_offset += 1
+
+    def register(self, broker_id: int, now: int, incarnation: uuid.UUID | None = None) -> int:
+        request = Registration(broker_id, incarnation or uuid.uuid4(), CLUSTER, LISTENERS, "r1")
+        records, answer = register(
+            self.image,
+            self.sessions,
+            request,
+            cluster_id=CLUSTER,
+            next_offset=self.next_offset,
+            now_ms=now,
+        )
+        assert answer.error == ErrorCode.none, answer
+        self.commit(records)
+        return answer.broker_epoch
+
+
+def test_a_broker_registers_fenced_with_its_registrations_offset_as_epoch() -> None:
+    cluster = Cluster()
+    epoch = cluster.register(1, now=0)
+    assert cluster.image.features == {"metadata.version": METADATA_VERSION}
+    assert epoch == 1  # after the metadata.version record that formats the cluster
+    broker = cluster.image.brokers[1]
+    assert (broker.epoch, broker.fenced, broker.rack) == (1, True, "r1")
+    assert cluster.image.live_brokers == []
+    assert cluster.register(2, now=0) == 2  # no second metadata.version
+
+
+def test_it_is_unfenced_only_once_it_has_caught_up_with_the_log() -> None:
+    cluster = Cluster()
+    epoch = cluster.register(1, now=0)
+    records, answer = heartbeat(
+        cluster.image, cluster.sessions, Heartbeat(1, epoch, epoch - 1), now_ms=10
+    )
+    assert (records, answer.is_caught_up, answer.is_fenced) == ([], False, True)
+    records, answer = heartbeat(
+        cluster.image, cluster.sessions, Heartbeat(1, epoch, epoch), now_ms=20
+    )
+    assert records == [UnfenceBrokerRecord(1, epoch)]
+    assert (answer.is_caught_up, answer.is_fenced) == (True, False)
+    cluster.commit(records)
+    assert [b.broker_id for b in cluster.image.live_brokers] == [1]
+
+
+def test_a_heartbeat_of_another_epoch_is_stale() -> None:
+    cluster = Cluster()
+    epoch = cluster.register(1, now=0)
+    _, answer = heartbeat(cluster.image, cluster.sessions, Heartbeat(1, epoch + 7, 99), now_ms=1)
+    assert answer.error == ErrorCode.stale_broker_epoch
+    _, answer = heartbeat(cluster.image, cluster.sessions, Heartbeat(5, 0, 99), now_ms=1)
+    assert answer.error == ErrorCode.stale_broker_epoch
+
+
+def test_another_process_with_the_same_node_id_waits_for_the_first_ones_session() -> None:
+    cluster = Cluster()
+    first = uuid.uuid4()
+    epoch = cluster.register(1, now=0, incarnation=first)
+    # The same process again (a retry after a lost answer): the same epoch, no new record.
+    again = Registration(1, first, CLUSTER, LISTENERS)
+    records, answer = register(
+        cluster.image, cluster.sessions, again, cluster_id=CLUSTER, next_offset=9, now_ms=5
+    )
+    assert (records, answer.broker_epoch) == ([], epoch)
+    other = Registration(1, uuid.uuid4(), CLUSTER, LISTENERS)
+    records, answer = register(
+        cluster.image, cluster.sessions, other, cluster_id=CLUSTER, next_offset=9, now_ms=100
+    )
+    assert answer.error == ErrorCode.duplicate_broker_registration
+    assert "node id 1" in (answer.message or "")
+    assert records == []
+    # Once the first one's session ran out, the new process replaces it.
+    records, answer = register(
+        cluster.image,
+        cluster.sessions,
+        other,
+        cluster_id=CLUSTER,
+        next_offset=9,
+        now_ms=5 + SESSION_MS,
+    )
+    assert answer.error == ErrorCode.none
+    assert answer.broker_epoch == 9
+
+
+def test_a_broker_of_another_cluster_is_refused_by_name() -> None:
+    cluster = Cluster()
+    request = Registration(1, uuid.uuid4(), "elsewhere", LISTENERS)
+    records, answer = register(
+        cluster.image, cluster.sessions, request, cluster_id=CLUSTER, next_offset=0, now_ms=0
+    )
+    assert (records, answer.error) == ([], ErrorCode.inconsistent_cluster_id)
+    assert "elsewhere" in (answer.message or "")
+
+
+def test_brokers_whose_heartbeats_stop_are_fenced() -> None:
+    cluster = Cluster()
+    epochs = {}
+    for broker_id in (1, 2):
+        epoch = epochs[broker_id] = cluster.register(broker_id, now=0)
+        records, _ = heartbeat(
+            cluster.image, cluster.sessions, Heartbeat(broker_id, epoch, epoch), now_ms=0
+        )
+        cluster.commit(records)
+    beat = Heartbeat(2, epochs[2], cluster.next_offset - 1)
+    assert heartbeat(cluster.image, cluster.sessions, beat, now_ms=SESSION_MS - 1)[1].error == 0
+    expired = cluster.sessions.expired(cluster.image, SESSION_MS)
+    assert expired == [1]
+    records = fence(cluster.image, expired)
+    assert records == [FenceBrokerRecord(1, epochs[1])]
+    cluster.commit(records)
+    assert [b.broker_id for b in cluster.image.live_brokers] == [2]
+    # A controller that has just become active gives every unfenced broker a whole session,
+    # but a new process of its own node: that one may register again at once.
+    cluster.sessions.start(cluster.image, now_ms=50_000, restarted=2)
+    assert cluster.sessions.alive(2, 50_000) is False
+    again = Registration(2, uuid.uuid4(), CLUSTER, LISTENERS)
+    _, answer = register(
+        cluster.image, cluster.sessions, again, cluster_id=CLUSTER, next_offset=99, now_ms=50_001
+    )
+    assert (answer.error, answer.broker_epoch) == (ErrorCode.none, 99)
+
+
+def test_a_controlled_shutdown_fences_the_broker_and_lets_it_go() -> None:
+    cluster = Cluster()
+    epoch = cluster.register(1, now=0)
+    cluster.commit(heartbeat(cluster.image, cluster.sessions, Heartbeat(1, epoch, 9), now_ms=1)[0])
+    request = Heartbeat(1, epoch, 9, want_shut_down=True)
+    records, answer = heartbeat(cluster.image, cluster.sessions, request, now_ms=2)
+    assert records == [BrokerRegistrationChangeRecord(1, epoch, fenced=1, in_controlled_shutdown=1)]
+    assert answer.should_shut_down
+    cluster.commit(records)
+    broker = cluster.image.brokers[1]
+    assert (broker.fenced, broker.in_controlled_shutdown) == (True, True)
+    # Asked again (the answer was lost): no new record, the same answer.
+    records, answer = heartbeat(cluster.image, cluster.sessions, request, now_ms=3)
+    assert (records, answer.should_shut_down) == ([], True)
+    # Its next process registers at once: a clean shutdown ended its session.
+    again = Registration(1, uuid.uuid4(), CLUSTER, LISTENERS)
+    _, registered = register(
+        cluster.image, cluster.sessions, again, cluster_id=CLUSTER, next_offset=50, now_ms=4
+    )
+    assert (registered.error, registered.broker_epoch) == (ErrorCode.none, 50)
+
+
+def test_a_snapshot_keeps_a_brokers_fencing_and_shutdown_state() -> None:
+    cluster = Cluster()
+    epoch = cluster.register(1, now=0)
+    cluster.commit([BrokerRegistrationChangeRecord(1, epoch, fenced=1, in_controlled_shutdown=1)])
+    rebuilt = MetadataImage()
+    rebuilt.load(cluster.image.snapshot_records(), cluster.next_offset - 1)
+    assert rebuilt.brokers == cluster.image.brokers
+    cluster.commit([UnregisterBrokerRecord(1, epoch)])
+    assert cluster.image.brokers == {}
+    assert cluster.image.registration(1) is None
+
+
+def test_topics_with_more_than_one_replica_are_refused_until_replication_lands() -> None:
+    cluster = Cluster()
+    for broker_id in (1, 2, 3):
+        epoch = cluster.register(broker_id, now=0)
+        cluster.commit(
+            heartbeat(
+                cluster.image, cluster.sessions, Heartbeat(broker_id, epoch, epoch), now_ms=0
+            )[0]
+        )
+    controller = QuorumController(
+        cluster.image, num_partitions=3, replication_factor=1, max_replication_factor=1
+    )
+    records, results = controller.create_topics(
+        [
+            TopicRequest("replicated", replication_factor=3),
+            TopicRequest("assigned", assignments={0: [1, 2]}),
+            TopicRequest("single", replication_factor=1),
+        ]
+    )
+    assert [r.error for r in results] == [
+        ErrorCode.invalid_replication_factor,
+        ErrorCode.invalid_replication_factor,
+        ErrorCode.none,
+    ]
+    assert "replication factor 1" in (results[0].message or "")
+    assert {
+        r.name for r in records if hasattr(r, "name") and not isinstance(r, FeatureLevelRecord)
+    } == {"single"}
+    # The single-replica topic's partitions are spread over the three brokers.
+    cluster.commit(records)
+    leaders = sorted(p.leader for p in cluster.image.topics["single"].partitions.values())
+    assert leaders == [1, 2, 3]
+    assert isinstance(cluster.image.registration(1), RegisterBrokerRecord)
