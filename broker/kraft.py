@@ -183,7 +183,18 @@ class MetadataService:
         )
 
     async def heartbeat(self, request: Heartbeat) -> HeartbeatAnswer:
-        """A broker's BrokerHeartbeat, decided and committed here (the active controller)."""
+        """A broker's BrokerHeartbeat, decided and committed here (the active controller).
+        The session is kept as the request arrives, before it waits for the controller's lock:
+        a controller busy committing must not fence brokers whose heartbeats are queued
+        behind it (Kafka's BrokerHeartbeatTracker)."""
+        broker = self.image.brokers.get(request.broker_id)
+        if (
+            self.driver.is_active
+            and broker is not None
+            and broker.epoch == request.broker_epoch
+            and not request.want_shut_down
+        ):
+            self.sessions.touch(request.broker_id, self._steady())
         return await self._propose_at(
             lambda _: heartbeat(self.image, self.sessions, request, now_ms=self._steady())
         )
@@ -207,7 +218,8 @@ class MetadataService:
         if active:
             # This node's own broker, if it has not registered in this process yet, is a new
             # process of it: its old registration has no session to wait out.
-            restarted = self.config.node_id if self.broker_epoch < 0 else None
+            registering = "broker" in self.config.process_roles and self.broker_epoch < 0
+            restarted = self.config.node_id if registering else None
             self.sessions.start(self.image, self._steady(), restarted=restarted)
             self._fencer = asyncio.get_running_loop().create_task(self._fence_expired())
 

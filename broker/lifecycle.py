@@ -45,6 +45,7 @@ class BrokerLifecycle:
         self._heartbeats: asyncio.Task[None] | None = None
         self._peers: dict[int, PeerConnection] = {}
         self._stopping = False
+        self._request: Registration | None = None
 
     # -- what the node does ------------------------------------------------------------------
 
@@ -60,17 +61,35 @@ class BrokerLifecycle:
             )
             for name, (host, port) in sorted(endpoints.items())
         )
-        request = Registration(
+        self._request = Registration(
             config.node_id, self.incarnation_id, self._cluster_id, listeners, config.broker_rack
         )
+        await self._register_until_done()
+        self._heartbeats = asyncio.get_running_loop().create_task(self._heartbeat_loop())
+        await self._unfenced.wait()
+
+    async def _register_until_done(self) -> None:
+        request = self._request
+        assert request is not None
         while True:
-            answer = await self._register(request)
+            try:
+                answer = await self._register(request)
+            except Exception:
+                log.exception("registering broker %d failed; retrying", request.broker_id)
+                answer = None
             if answer is not None and answer.error == ErrorCode.none:
                 break
-            if answer is not None:
+            if answer is not None and answer.error == ErrorCode.duplicate_broker_registration:
+                log.warning(
+                    "broker %d waits for the session of its previous process to run out "
+                    "(the controller still counts it alive)",
+                    request.broker_id,
+                )
+                await asyncio.sleep(1)
+            elif answer is not None:
                 log.error(
                     "the controller refused to register broker %d: %s (%s); retrying",
-                    config.node_id,
+                    request.broker_id,
                     answer.error.name,
                     answer.message,
                 )
@@ -78,9 +97,7 @@ class BrokerLifecycle:
             else:
                 await asyncio.sleep(RETRY_BACKOFF_S)
         self.broker_epoch = self._metadata.broker_epoch = answer.broker_epoch
-        log.info("broker %d registered with epoch %d", config.node_id, self.broker_epoch)
-        self._heartbeats = asyncio.get_running_loop().create_task(self._heartbeat_loop())
-        await self._unfenced.wait()
+        log.info("broker %d registered with epoch %d", request.broker_id, self.broker_epoch)
 
     async def shut_down(self, timeout_s: float = 10.0) -> None:
         """Controlled shutdown: ask the active controller to let this broker go, and wait
@@ -89,45 +106,62 @@ class BrokerLifecycle:
         if self._heartbeats is not None:
             self._heartbeats.cancel()
             await asyncio.gather(self._heartbeats, return_exceptions=True)
-        if self.broker_epoch >= 0:
-            try:
-                async with asyncio.timeout(timeout_s):
-                    while True:
-                        answer = await self._heartbeat(want_shut_down=True)
-                        if answer is not None and answer.should_shut_down:
-                            log.info("the controller let broker %d shut down", self._config.node_id)
-                            break
-                        await asyncio.sleep(RETRY_BACKOFF_S)
-            except TimeoutError:
-                log.warning("no controller answered the controlled shutdown; stopping anyway")
+        try:
+            async with asyncio.timeout(timeout_s):
+                if self.broker_epoch < 0 and self._request is not None:
+                    # Stopped while registering: the registration may have been committed, so
+                    # learn its epoch (a retry of the same process is answered with it) and
+                    # leave cleanly rather than leave a session behind.
+                    registered = await self._register(self._request)
+                    if registered is not None and registered.error == ErrorCode.none:
+                        self.broker_epoch = registered.broker_epoch
+                while self.broker_epoch >= 0:
+                    answer = await self._heartbeat(want_shut_down=True)
+                    if answer is not None and answer.should_shut_down:
+                        log.info("the controller let broker %d shut down", self._config.node_id)
+                        break
+                    await asyncio.sleep(RETRY_BACKOFF_S)
+        except TimeoutError:
+            log.warning("no controller answered the controlled shutdown; stopping anyway")
         for peer in self._peers.values():
             await peer.close()
 
     async def _heartbeat_loop(self) -> None:
         interval = self._config.broker_heartbeat_interval_ms / 1000
         while not self._stopping:
-            answer = await self._heartbeat(want_shut_down=False)
+            try:
+                answer = await self._heartbeat(want_shut_down=False)
+            except Exception:
+                log.exception("heartbeat of broker %d failed", self._config.node_id)
+                answer = None
             if answer is None:
                 await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
             if answer.error == ErrorCode.stale_broker_epoch:
-                log.error(
-                    "the controller no longer knows broker %d at epoch %d (it was fenced or "
-                    "replaced)",
+                # Its registration is gone (replaced, or unregistered): register again.
+                log.warning(
+                    "the controller no longer knows broker %d at epoch %d: registering again",
                     self._config.node_id,
                     self.broker_epoch,
                 )
-            elif answer.error == ErrorCode.none:
-                if self.fenced != answer.is_fenced:
-                    log.info(
-                        "broker %d is %s",
-                        self._config.node_id,
-                        "fenced" if answer.is_fenced else "unfenced",
-                    )
-                self.fenced = answer.is_fenced
-                if not answer.is_fenced:
-                    self._unfenced.set()
-            # Fenced (catching up, or refused): ask again soon rather than in a whole interval.
+                await self._register_until_done()
+                continue
+            if answer.error != ErrorCode.none:
+                log.warning(
+                    "heartbeat of broker %d refused: %s", self._config.node_id, answer.error.name
+                )
+                await asyncio.sleep(interval)
+                continue
+            if self.fenced != answer.is_fenced:
+                log.info(
+                    "broker %d is %s",
+                    self._config.node_id,
+                    "fenced" if answer.is_fenced else "unfenced",
+                )
+            self.fenced = answer.is_fenced
+            if not answer.is_fenced:
+                self._unfenced.set()
+            # Fenced (catching up): ask again soon rather than in a whole interval.
             await asyncio.sleep(RETRY_BACKOFF_S if answer.is_fenced else interval)
 
     # -- requests to the active controller ---------------------------------------------------
@@ -162,7 +196,7 @@ class BrokerLifecycle:
         response = await self._send(ApiKey.BROKER_REGISTRATION, REGISTRATION_VERSION, body)
         if response is None or response.error_code == ErrorCode.not_controller:
             return None
-        return RegistrationAnswer(ErrorCode(response.error_code), None, response.broker_epoch)
+        return RegistrationAnswer(_error(response.error_code), None, response.broker_epoch)
 
     async def _heartbeat(self, *, want_shut_down: bool) -> HeartbeatAnswer | None:
         metadata = self._metadata
@@ -190,7 +224,7 @@ class BrokerLifecycle:
         if response is None or response.error_code == ErrorCode.not_controller:
             return None
         return HeartbeatAnswer(
-            ErrorCode(response.error_code),
+            _error(response.error_code),
             bool(response.is_caught_up),
             bool(response.is_fenced),
             bool(response.should_shut_down),
@@ -212,3 +246,10 @@ class BrokerLifecycle:
         with contextlib.suppress(PeerUnavailable, TimeoutError):
             return await peer.request(api_key, version, body, timeout_s=timeout_s)
         return None
+
+
+def _error(code: int) -> ErrorCode:
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        return ErrorCode.unknown_server_error

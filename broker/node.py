@@ -344,7 +344,13 @@ class Node:
             await asyncio.gather(starting, return_exceptions=True)
             await self.stop()
             return
-        bound = starting.result()
+        try:
+            bound = starting.result()
+        except BaseException:
+            # A start that failed halfway (a port taken after registering, a disk) leaves
+            # nothing behind: the broker is let go, the quorum and the logs are closed.
+            await self.stop()
+            raise
         if started is not None:
             started()
         for listener in bound:

@@ -194,9 +194,9 @@ class NodeState:
         result = results[0]
         if result.error not in (ErrorCode.none, ErrorCode.topic_already_exists):
             log.warning(
-                "cannot create %s (%s); set offsets.topic.replication.factor to at most the "
-                "number of brokers",
+                "cannot create %s (offsets.topic.replication.factor=%d): %s",
                 OFFSETS_TOPIC,
+                self.config.offsets_topic_replication_factor,
                 result.message,
             )
             return False

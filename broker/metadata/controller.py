@@ -135,7 +135,9 @@ class QuorumController:
         """`max_replication_factor`: the most replicas a partition may have (None: as many as
         there are brokers)."""
         self.image = image
-        self.max_replication_factor = max_replication_factor or 2**31 - 1
+        self.max_replication_factor = (
+            2**31 - 1 if max_replication_factor is None else max_replication_factor
+        )
         self._no_replication = (
             f"Replication factors above {max_replication_factor} need partition replication, "
             "which this version of Gregor does not have yet: create the topic with "

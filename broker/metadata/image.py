@@ -289,16 +289,18 @@ class MetadataImage:
                 in_controlled_shutdown=record.in_controlled_shutdown,
             )
             return
-        if isinstance(record, UnfenceBrokerRecord):
-            broker = self.brokers[record.id]
-            self.brokers[record.id] = replace(broker, fenced=False)
-            return
-        if isinstance(record, FenceBrokerRecord):
-            broker = self.brokers[record.id]
-            self.brokers[record.id] = replace(broker, fenced=True)
+        # A change names the registration it is for: one for an earlier registration of the
+        # broker (a process that has been replaced since) changes nothing, as in Kafka.
+        if isinstance(record, UnfenceBrokerRecord | FenceBrokerRecord):
+            found = self.brokers.get(record.id)
+            if found is not None and found.epoch == record.epoch:
+                fenced = isinstance(record, FenceBrokerRecord)
+                self.brokers[record.id] = replace(found, fenced=fenced)
             return
         if isinstance(record, BrokerRegistrationChangeRecord):
-            broker = self.brokers[record.broker_id]
+            broker = self.brokers.get(record.broker_id)
+            if broker is None or broker.epoch != record.broker_epoch:
+                return
             if record.fenced == FENCE:
                 broker = replace(broker, fenced=True)
             elif record.fenced == UNFENCE:
@@ -308,8 +310,10 @@ class MetadataImage:
             self.brokers[record.broker_id] = broker
             return
         if isinstance(record, UnregisterBrokerRecord):
-            self.brokers.pop(record.broker_id, None)
-            self._registrations.pop(record.broker_id, None)
+            found = self.brokers.get(record.broker_id)
+            if found is not None and found.epoch == record.broker_epoch:
+                del self.brokers[record.broker_id]
+                self._registrations.pop(record.broker_id, None)
 
     @property
     def live_brokers(self) -> list[BrokerState]:

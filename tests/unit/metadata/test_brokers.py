@@ -236,3 +236,23 @@ def test_topics_with_more_than_one_replica_are_refused_until_replication_lands()
     leaders = sorted(p.leader for p in cluster.image.topics["single"].partitions.values())
     assert leaders == [1, 2, 3]
     assert isinstance(cluster.image.registration(1), RegisterBrokerRecord)
+
+
+def test_a_change_for_an_earlier_registration_changes_nothing() -> None:
+    """A fence or unregistration written for a process that has been replaced since must not
+    touch its successor's registration."""
+    cluster = Cluster()
+    old = cluster.register(1, now=0)
+    cluster.commit([FenceBrokerRecord(1, old)])
+    cluster.sessions.end(1)
+    new = cluster.register(1, now=1)
+    cluster.commit(heartbeat(cluster.image, cluster.sessions, Heartbeat(1, new, new), now_ms=2)[0])
+    cluster.commit(
+        [
+            FenceBrokerRecord(1, old),
+            BrokerRegistrationChangeRecord(1, old, fenced=1, in_controlled_shutdown=1),
+            UnregisterBrokerRecord(1, old),
+        ]
+    )
+    broker = cluster.image.brokers[1]
+    assert (broker.epoch, broker.fenced, broker.in_controlled_shutdown) == (new, False, False)
