@@ -34,6 +34,10 @@ def _service(tmp_path: Path) -> MetadataService:
     )
 
 
+def _fenced(service: MetadataService, broker_id: int) -> bool:
+    return service.image.brokers[broker_id].fenced
+
+
 def test_a_broker_registers_is_unfenced_and_is_fenced_when_it_goes_silent(
     tmp_path: Path,
 ) -> None:
@@ -51,14 +55,14 @@ def test_a_broker_registers_is_unfenced_and_is_fenced_when_it_goes_silent(
             assert core is not None
             record = decode_record(core.log[registered.broker_epoch].payload)
             assert getattr(record, "broker_id", None) == 2
-            assert service.image.brokers[2].fenced
+            assert _fenced(service, 2)
             offset = service.driver.applied - 1
             answer = await service.heartbeat(Heartbeat(2, registered.broker_epoch, offset))
             assert (answer.error, answer.is_fenced) == (ErrorCode.none, False)
-            assert not service.image.brokers[2].fenced
+            assert not _fenced(service, 2)
             # Silent for longer than its session: the controller fences it by itself.
             deadline = time.monotonic() + 5
-            while not service.image.brokers[2].fenced:
+            while not _fenced(service, 2):
                 assert time.monotonic() < deadline, "never fenced"
                 await asyncio.sleep(0.05)
             # A registration from another cluster is refused by name.
