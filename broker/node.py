@@ -141,7 +141,7 @@ class Node:
         if self._controller_endpoint() is not None:
             # The quorum must be reachable before this node waits for it.
             self.controller_server = BrokerServer(
-                self.config, build_controller_dispatcher(metadata), controller=True
+                self.config, build_controller_dispatcher(metadata, self.cluster_id), controller=True
             )
             await self.controller_server.start()
         await metadata.start()

@@ -39,8 +39,11 @@ CONTROLLER_APIS = frozenset(
         ApiKey.DESCRIBE_QUORUM,
         ApiKey.BROKER_REGISTRATION,
         ApiKey.BROKER_HEARTBEAT,
+        ApiKey.DESCRIBE_CLUSTER,
     }
 )
+CONTROLLER_ENDPOINTS = 2
+"""DescribeCluster's endpoint type for controllers (1: brokers)."""
 
 
 class QuorumRequest:
@@ -192,7 +195,60 @@ class BrokerHeartbeat:
         return response
 
 
-def build_controller_dispatcher(metadata: MetadataService) -> Dispatcher:
+class DescribeControllers:
+    """DescribeCluster on the controller listener (KIP-919): the controllers, for an admin
+    client given `bootstrap.controllers` (`kafka-metadata-quorum --bootstrap-controller`).
+    Brokers are described on the broker listeners only, as in Kafka."""
+
+    def __init__(self, metadata: MetadataService, cluster_id: str) -> None:
+        self._metadata = metadata
+        self._cluster_id = cluster_id
+
+    async def __call__(self, context: RequestContext, request: Any) -> ResponseBody:
+        schema = response_module(ApiKey.DESCRIBE_CLUSTER, context.header.api_version)
+        endpoint_type = getattr(request, "endpoint_type", 1)
+        driver = self._metadata.driver
+        if endpoint_type != CONTROLLER_ENDPOINTS:
+            response: ResponseBody = build(
+                schema.DescribeClusterResponse,
+                throttle_time=timedelta(0),
+                error_code=ErrorCode.mismatched_endpoint_type,
+                error_message="The request was sent to an endpoint of type CONTROLLER, but we "
+                "wanted an endpoint of type BROKER",
+                endpoint_type=endpoint_type,
+                cluster_id=self._cluster_id,
+                controller_id=-1,
+                brokers=(),
+                cluster_authorized_operations=-2147483648,
+            )
+            return response
+        leader = driver.leader
+        controllers = tuple(
+            build(
+                schema.DescribeClusterBroker,
+                broker_id=voter,
+                host=host,
+                port=port,
+                rack=None,
+                is_fenced=False,
+            )
+            for voter, (host, port) in sorted(driver.voters.items())
+        )
+        response = build(
+            schema.DescribeClusterResponse,
+            throttle_time=timedelta(0),
+            error_code=ErrorCode.none,
+            error_message=None,
+            endpoint_type=CONTROLLER_ENDPOINTS,
+            cluster_id=self._cluster_id,
+            controller_id=-1 if leader is None else leader,
+            brokers=controllers,
+            cluster_authorized_operations=-2147483648,
+        )
+        return response
+
+
+def build_controller_dispatcher(metadata: MetadataService, cluster_id: str) -> Dispatcher:
     """The controller listener's handlers; ApiVersions advertises exactly these."""
     handlers: dict[int, Handler] = {}
     dispatcher = Dispatcher(handlers, fallback=error_response)
@@ -209,6 +265,7 @@ def build_controller_dispatcher(metadata: MetadataService) -> Dispatcher:
     handlers[ApiKey.DESCRIBE_QUORUM] = DescribeQuorum(metadata)
     handlers[ApiKey.BROKER_REGISTRATION] = BrokerRegistration(metadata)
     handlers[ApiKey.BROKER_HEARTBEAT] = BrokerHeartbeat(metadata)
+    handlers[ApiKey.DESCRIBE_CLUSTER] = DescribeControllers(metadata, cluster_id)
     dispatcher.register(handlers)
     if dispatcher.handled_api_keys != CONTROLLER_APIS:
         raise AssertionError("CONTROLLER_APIS is out of date")
