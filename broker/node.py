@@ -18,6 +18,7 @@ from pathlib import Path
 
 from broker.compaction import run_cleaner
 from broker.config import BrokerConfig, InvalidConfig
+from broker.forwarding import FORWARDED_APIS, Forwarding
 from broker.groups.api import GroupConfig
 from broker.groups.persistence import LogGroupLog
 from broker.groups.service import GroupService
@@ -30,7 +31,7 @@ from broker.metadata import BROKER_RESOURCE, ConfigChanged, MetadataImage, Parti
 from broker.metadata.image import Change
 from broker.metrics import BrokerMetrics, MetricsEndpoint
 from broker.replica import ReplicaManager
-from broker.server import BoundListener, BrokerServer
+from broker.server import BoundListener, BrokerServer, Dispatcher
 from broker.storage import Log, LogManager, StorageError
 from broker.storage.manager import TopicPartition
 
@@ -110,6 +111,9 @@ class Node:
         self.metadata: MetadataService | None = None
         self.server: BrokerServer | None = None
         self._logs_loaded = False
+        self.dispatcher: Dispatcher | None = None
+        """The client listeners' handlers (also what forwarded requests are handled by)."""
+        self.forwarding: Forwarding | None = None
         self.lifecycle: BrokerLifecycle | None = None
         self.controller_server: BrokerServer | None = None
         """The controller listener: the metadata quorum's requests, when this node votes."""
@@ -141,7 +145,9 @@ class Node:
         if self._controller_endpoint() is not None:
             # The quorum must be reachable before this node waits for it.
             self.controller_server = BrokerServer(
-                self.config, build_controller_dispatcher(metadata, self.cluster_id), controller=True
+                self.config,
+                build_controller_dispatcher(metadata, self.cluster_id, lambda: self.dispatcher),
+                controller=True,
             )
             await self.controller_server.start()
         await metadata.start()
@@ -168,7 +174,11 @@ class Node:
         self.state = NodeState(
             self.config, self.cluster_id, metadata, replicas, groups, clock=self.clock
         )
-        dispatcher = build_dispatcher(self.state)
+        dispatcher = self.dispatcher = build_dispatcher(self.state)
+        self.forwarding = Forwarding(self.config, metadata)
+        dispatcher.forwarder = self.forwarding.forward
+        dispatcher.forwarded_apis = FORWARDED_APIS
+        self.state.forwarding = self.forwarding
         if self.config.metrics_listener is not None:
             await self._serve_metrics(replicas, *self.config.metrics_listener)
             assert self.metrics is not None
@@ -312,6 +322,8 @@ class Node:
             await self.server.stop()
         if self.groups is not None:
             await self.groups.stop()
+        if self.forwarding is not None:
+            await self.forwarding.close()
         if self.metadata is not None:
             # Before the logs shut down: nothing applies committed metadata to them after.
             await self.metadata.close()

@@ -12,10 +12,19 @@ from datetime import timedelta
 from typing import TypeVar
 
 from broker.config import BrokerConfig
+from broker.forwarding import Forwarding
 from broker.groups.service import GroupService
 from broker.kraft import MetadataService
 from broker.metadata import TopicRequest
+from broker.protocol import (
+    ApiKey,
+    RequestHeader,
+    build,
+    decode_response,
+    encode_request,
+)
 from broker.protocol.errors import ErrorCode
+from broker.protocol.messages import request_module
 from broker.replica import ReplicaManager
 
 __all__ = [
@@ -57,6 +66,8 @@ OFFSETS_TOPIC_SEGMENT_BYTES = 104_857_600
 
 
 log = logging.getLogger(__name__)
+
+_CREATE_TOPICS_VERSION = 7
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -126,6 +137,8 @@ class NodeState:
     """Listener name → the host and port clients are told to use."""
     clock: Callable[[], int] = wall_clock_ms
     """Wall-clock milliseconds (timestamps clients see)."""
+    forwarding: Forwarding | None = None
+    """Sends this broker's own metadata writes to the active controller when it is not it."""
 
     @property
     def node_id(self) -> int:
@@ -173,6 +186,45 @@ class NodeState:
         found = self.metadata.image.topics.get(name)
         return None if found is None else found.topic_id
 
+    async def _create_offsets_topic_elsewhere(self, topic: TopicRequest) -> bool:
+        """Ask the active controller to create `__consumer_offsets`, as this broker; True once
+        this node's image has it (the controller answers after the commit, and this node
+        applies it a fetch later)."""
+        assert self.forwarding is not None
+        schema = request_module(ApiKey.CREATE_TOPICS, _CREATE_TOPICS_VERSION)
+        configs = tuple(
+            build(schema.CreatableTopicConfig, name=k, value=v) for k, v in topic.configs.items()
+        )
+        body = build(
+            schema.CreateTopicsRequest,
+            topics=(
+                build(
+                    schema.CreatableTopic,
+                    name=topic.name,
+                    num_partitions=topic.num_partitions,
+                    replication_factor=topic.replication_factor,
+                    assignments=(),
+                    configs=configs,
+                ),
+            ),
+            timeout=timedelta(seconds=30),
+            validate_only=False,
+        )
+        header = RequestHeader(ApiKey.CREATE_TOPICS, _CREATE_TOPICS_VERSION, 0, "gregor-broker")
+        answer = await self.forwarding.send_as_broker(encode_request(header, body)[4:])
+        if answer is None:
+            return False
+        _, response = decode_response(ApiKey.CREATE_TOPICS, _CREATE_TOPICS_VERSION, answer[4:])
+        error = response.topics[0].error_code  # type: ignore[union-attr]
+        if error not in (ErrorCode.none, ErrorCode.topic_already_exists):
+            log.warning(
+                "the controller did not create %s: %s",
+                OFFSETS_TOPIC,
+                response.topics[0].error_message,  # type: ignore[union-attr]
+            )
+            return False
+        return OFFSETS_TOPIC in self.metadata.image.topics
+
     async def ensure_offsets_topic(self) -> bool:
         """Create `__consumer_offsets` on first use, as Kafka does: compacted, with
         `offsets.topic.num.partitions` partitions and `offsets.topic.replication.factor`
@@ -190,6 +242,8 @@ class NodeState:
                 "segment.bytes": str(OFFSETS_TOPIC_SEGMENT_BYTES),
             },
         )
+        if not self.metadata.is_active_controller and self.forwarding is not None:
+            return await self._create_offsets_topic_elsewhere(request)
         results = await self.metadata.propose(lambda c: c.create_topics([request], by_broker=True))
         result = results[0]
         if result.error not in (ErrorCode.none, ErrorCode.topic_already_exists):

@@ -11,9 +11,11 @@ does not serve.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from broker.forwarding import BROKER_PRINCIPAL
 from broker.kraft import MetadataService, NotController
 from broker.metadata.brokers import Heartbeat, HeartbeatAnswer, Registration, RegistrationAnswer
 from broker.metadata.records import BrokerEndpoint
@@ -40,6 +42,7 @@ CONTROLLER_APIS = frozenset(
         ApiKey.BROKER_REGISTRATION,
         ApiKey.BROKER_HEARTBEAT,
         ApiKey.DESCRIBE_CLUSTER,
+        ApiKey.ENVELOPE,
     }
 )
 CONTROLLER_ENDPOINTS = 2
@@ -248,7 +251,46 @@ class DescribeControllers:
         return response
 
 
-def build_controller_dispatcher(metadata: MetadataService, cluster_id: str) -> Dispatcher:
+class Envelope:
+    """A request a broker forwarded (KIP-590): the client's frame is handled here by the
+    client listeners' handlers, never forwarded again, and its response frame goes back
+    whole."""
+
+    def __init__(self, client: Callable[[], Dispatcher | None]) -> None:
+        self._client = client
+
+    async def __call__(self, context: RequestContext, request: Any) -> ResponseBody:
+        schema = response_module(ApiKey.ENVELOPE, context.header.api_version)
+        client = self._client()
+        data: bytes | None = None
+        error = ErrorCode.none
+        if client is None:
+            error = ErrorCode.not_controller  # still starting: the broker retries
+        else:
+            try:
+                frame = await client.dispatch(
+                    request.request_data,
+                    "envelope",
+                    context.client_address,
+                    forward=False,
+                    from_broker=request.request_principal == BROKER_PRINCIPAL,
+                )
+            except CloseConnection as exc:
+                log.warning("forwarded request from %s refused: %s", context.client_address, exc)
+                frame, error = None, ErrorCode.invalid_request
+            if isinstance(frame, bytes | bytearray):
+                data = bytes(frame[4:])  # without its size: the broker frames it again
+            elif frame is not None:
+                error = ErrorCode.invalid_request  # a Fetch: never forwarded
+        response: ResponseBody = build(
+            schema.EnvelopeResponse, response_data=data, error_code=error
+        )
+        return response
+
+
+def build_controller_dispatcher(
+    metadata: MetadataService, cluster_id: str, client: Callable[[], Dispatcher | None]
+) -> Dispatcher:
     """The controller listener's handlers; ApiVersions advertises exactly these."""
     handlers: dict[int, Handler] = {}
     dispatcher = Dispatcher(handlers, fallback=error_response)
@@ -266,6 +308,7 @@ def build_controller_dispatcher(metadata: MetadataService, cluster_id: str) -> D
     handlers[ApiKey.BROKER_REGISTRATION] = BrokerRegistration(metadata)
     handlers[ApiKey.BROKER_HEARTBEAT] = BrokerHeartbeat(metadata)
     handlers[ApiKey.DESCRIBE_CLUSTER] = DescribeControllers(metadata, cluster_id)
+    handlers[ApiKey.ENVELOPE] = Envelope(client)
     dispatcher.register(handlers)
     if dispatcher.handled_api_keys != CONTROLLER_APIS:
         raise AssertionError("CONTROLLER_APIS is out of date")

@@ -27,8 +27,10 @@ class CreateTopics:
         wanted = await in_turns(_topic_request, request.topics)
         validate_only = getattr(request, "validate_only", False)
 
+        by_broker = context.from_broker
+
         def decide(controller: QuorumController) -> tuple[list[Any], list[Any]]:
-            records, results = controller.create_topics(wanted)
+            records, results = controller.create_topics(wanted, by_broker=by_broker)
             return ([] if validate_only else records), results
 
         results = await self._state.metadata.propose(decide)

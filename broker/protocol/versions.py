@@ -85,6 +85,7 @@ class ApiKey(enum.IntEnum):
     END_QUORUM_EPOCH = 54
     DESCRIBE_QUORUM = 55
     ALTER_PARTITION = 56
+    ENVELOPE = 58
     FETCH_SNAPSHOT = 59
     DESCRIBE_CLUSTER = 60
     BROKER_REGISTRATION = 62
@@ -151,6 +152,7 @@ SUPPORTED: Mapping[ApiKey, VersionRange] = _table(
         ApiKey.FETCH_SNAPSHOT: (0, 1),
         ApiKey.BROKER_REGISTRATION: (0, 4),
         ApiKey.BROKER_HEARTBEAT: (0, 1),
+        ApiKey.ENVELOPE: (0, 0),
     }
 )
 """The APIs and versions a node will serve, each on the listeners that have its handler."""

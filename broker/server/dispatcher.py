@@ -50,6 +50,7 @@ __all__ = [
     "Answer",
     "CloseConnection",
     "Dispatcher",
+    "Forwarder",
     "Frame",
     "Handler",
     "RequestContext",
@@ -74,6 +75,9 @@ class RequestContext:
     header: RequestHeader
     listener: str
     client_address: str
+    from_broker: bool = False
+    """Sent by a broker of this cluster on its own behalf (forwarded in an Envelope by the
+    broker itself, not a client's request): it may create internal topics."""
 
 
 Answer = ResponseBody | FetchResponse
@@ -89,6 +93,9 @@ FallbackResponder = Callable[[int, int, RequestBody, ErrorCode, str | None], Res
 ErrorClassifier = Callable[[Exception], ErrorCode]
 """The error code a handler's exception is answered with (UNKNOWN_SERVER_ERROR unless the
 node knows better, e.g. KAFKA_STORAGE_ERROR for a failed disk)."""
+Forwarder = Callable[[bytes, str], Awaitable[bytes | None]]
+"""(request frame, client address) → the response frame from the node that handled it, or
+None to handle it here."""
 RequestObserver = Callable[[Request, Answer | None, int], None]
 """Called once per decoded request: the request, its response body, nanoseconds it took."""
 
@@ -111,6 +118,9 @@ class Dispatcher:
         self._fallback = fallback
         self._classify = classify
         self.observer: RequestObserver | None = None
+        self.forwarder: Forwarder | None = None
+        self.forwarded_apis: frozenset[int] = frozenset()
+        """The API keys `forwarder` is offered (checked before anything is copied)."""
 
     def register(
         self,
@@ -125,12 +135,30 @@ class Dispatcher:
         return frozenset(self._handlers)
 
     async def dispatch(
-        self, frame: bytes | memoryview, listener: str, client_address: str
+        self,
+        frame: bytes | memoryview,
+        listener: str,
+        client_address: str,
+        *,
+        forward: bool = True,
+        from_broker: bool = False,
     ) -> Frame | None:
         """The response frame for a request frame, None if nothing is sent back.
 
-        Raises `CloseConnection` when the connection must be closed.
+        Raises `CloseConnection` when the connection must be closed. With `forward`, a request
+        the `forwarder` takes (an admin write on a node that is not the active controller) is
+        answered by the active controller; `forward=False` handles it here whatever this node
+        is (a request that was forwarded to it already).
         """
+        if (
+            forward
+            and self.forwarder is not None
+            and len(frame) >= 2
+            and int.from_bytes(frame[:2], "big", signed=True) in self.forwarded_apis
+        ):
+            forwarded = await self.forwarder(bytes(frame), client_address)
+            if forwarded is not None:
+                return forwarded
         off_loop = len(frame) >= OFF_LOOP_BYTES and frame[:2] != _PRODUCE_KEY
         try:
             request = (
@@ -150,7 +178,7 @@ class Dispatcher:
             raise CloseConnection(
                 f"no handler for API key {request.header.api_key}: it is not advertised"
             )
-        context = RequestContext(request.header, listener, client_address)
+        context = RequestContext(request.header, listener, client_address, from_broker)
         started = time.perf_counter_ns()
         body: Answer | None = None
         try:

@@ -3,9 +3,8 @@ loopback: they elect one leader, every node applies what it commits, and the quo
 when its leader is killed or stopped, or a node falls behind the log start.
 
 Every node registers as a broker with the active controller (BrokerRegistration), keeps its
-session with heartbeats, is fenced when they stop and let go on SIGTERM. Until brokers forward
-admin writes, they must reach the active controller (others answer NOT_CONTROLLER): these tests
-create topics there.
+session with heartbeats, is fenced when they stop and let go on SIGTERM; admin writes reaching
+another node are forwarded to the active controller in an Envelope (KIP-590).
 """
 
 from __future__ import annotations
@@ -177,17 +176,30 @@ def test_three_voters_elect_one_leader_and_every_node_applies_what_it_commits(
     # Every node names the active controller, so clients send admin writes there...
     for node in quorum:
         assert metadata_of(node).controller_id == leader.node
-    # ...and one that is not it refuses them rather than losing them.
+    # ...and one that is not it forwards them there (KIP-590) rather than refusing them.
     follower = next(n for i, n in enumerate(quorum, start=1) if i != leader.node)
     body = fill(
         request_type(ApiKey.CREATE_TOPICS, 7),
         {
-            "topics": [{"name": "elsewhere", "num_partitions": 1, "replication_factor": 1}],
+            "topics": [{"name": "elsewhere", "num_partitions": 2, "replication_factor": 1}],
             "timeout": timedelta(seconds=5),
         },
     )
     response: Any = call(("localhost", follower.port), ApiKey.CREATE_TOPICS, 7, body)
-    assert response.topics[0].error_code == ErrorCode.not_controller
+    created = response.topics[0]
+    assert (created.error_code, created.num_partitions) == (ErrorCode.none, 2)
+    for node in quorum:
+        wait_for_topics(node, {"orders", "elsewhere"})
+    # A client's refusal comes back as the controller gave it, message included.
+    again: Any = call(("localhost", follower.port), ApiKey.CREATE_TOPICS, 7, body)
+    assert again.topics[0].error_code == ErrorCode.topic_already_exists
+    assert "already exists" in again.topics[0].error_message
+    # An idempotent producer's id comes from the controller's blocks, whichever node it asks.
+    init = fill(request_type(ApiKey.INIT_PRODUCER_ID, 4), {"transactional_id": None})
+    first: Any = call(("localhost", follower.port), ApiKey.INIT_PRODUCER_ID, 4, init)
+    second: Any = call(("localhost", follower.port), ApiKey.INIT_PRODUCER_ID, 4, init)
+    assert first.error_code == second.error_code == ErrorCode.none
+    assert 0 <= first.producer_id != second.producer_id
 
 
 def test_a_killed_leader_is_replaced_and_catches_up_when_it_returns(
@@ -382,3 +394,27 @@ def test_a_single_node_killed_registers_again_at_once(tmp_path: Path) -> None:
     finally:
         if node.process.poll() is None:
             node.kill()
+
+
+def test_a_broker_has_the_controller_create_the_offsets_topic_clients_may_not(
+    quorum: list[RunningNode],
+) -> None:
+    leader = wait_for_leader(list(quorum))
+    follower = next(n for i, n in enumerate(quorum, start=1) if i != leader.node)
+    # A client may not create it, even through a broker that forwards the request...
+    body = fill(
+        request_type(ApiKey.CREATE_TOPICS, 7),
+        {
+            "topics": [
+                {"name": "__consumer_offsets", "num_partitions": 1, "replication_factor": 1}
+            ],
+            "timeout": timedelta(seconds=5),
+        },
+    )
+    refused: Any = call(("localhost", follower.port), ApiKey.CREATE_TOPICS, 7, body)
+    assert refused.topics[0].error_code == ErrorCode.invalid_request
+    # ...but the first group request to any broker has the controller create it.
+    find = fill(request_type(ApiKey.FIND_COORDINATOR, 3), {"key": "g", "key_type": 0})
+    call(("localhost", follower.port), ApiKey.FIND_COORDINATOR, 3, find)
+    for node in quorum:
+        wait_for_topics(node, {"__consumer_offsets"})
