@@ -43,6 +43,7 @@ from tests.golden.verify import (
     metadata_variant,
     topic_for,
 )
+from tests.support.kafka_python import close_kafka_python
 from tests.support.recorder import RecordingBroker, api_key_of
 
 __all__ = ["Capture", "capture", "main"]
@@ -139,7 +140,7 @@ def _kafka_python_metadata(broker: RecordingBroker) -> None:
     try:
         producer.partitions_for(topic_for("none"))
     finally:
-        producer.close(timeout=STEP_TIMEOUT)
+        close_kafka_python(producer, timeout=STEP_TIMEOUT)
 
 
 def _kafka_python_produce(broker: RecordingBroker, codec: str) -> None:
@@ -148,7 +149,7 @@ def _kafka_python_produce(broker: RecordingBroker, codec: str) -> None:
         future = producer.send(topic_for(codec), key=KEY, value=VALUE, headers=list(HEADERS))
         future.get(timeout=STEP_TIMEOUT)
     finally:
-        producer.close(timeout=STEP_TIMEOUT)
+        close_kafka_python(producer, timeout=STEP_TIMEOUT)
 
 
 def _kafka_python_consume(broker: RecordingBroker) -> None:
@@ -166,7 +167,7 @@ def _kafka_python_consume(broker: RecordingBroker) -> None:
             with contextlib.suppress(_kafka().errors.KafkaError):  # the JoinGroup's error
                 consumer.poll(timeout_ms=int(_POLL_SECONDS * 1000))
     finally:
-        consumer.close()
+        close_kafka_python(consumer)
 
 
 # aiokafka
@@ -190,8 +191,8 @@ async def _aiokafka_send(broker: RecordingBroker, codec: str | None, topic: str 
         client_id="golden-aiokafka",
         compression_type=None if codec in (None, "none") else codec,
     )
-    await producer.start()
     try:
+        await producer.start()
         if topic is None:
             await producer.partitions_for(topic_for("none"))
         else:
@@ -212,8 +213,8 @@ async def _aiokafka_join(broker: RecordingBroker) -> None:
         enable_auto_commit=False,
     )
     # Subscribing after start: start() with a subscription waits for an assignment.
-    await consumer.start()
     try:
+        await consumer.start()
         consumer.subscribe([CONSUME_TOPIC])
         while not broker.received(ApiKey.JOIN_GROUP):
             with contextlib.suppress(aiokafka.errors.KafkaError):  # the JoinGroup's error

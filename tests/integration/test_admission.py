@@ -27,11 +27,8 @@ requests sent behind it on the same connection wait with it (processed in order)
 
 
 def _connect(node: RunningNode, source: str = "127.0.0.1") -> socket.socket:
-    sock = socket.socket()
-    sock.settimeout(10)
-    sock.bind((source, 0))
-    sock.connect(("127.0.0.1", node.port))
-    return sock
+    """A connection from `source`; create_connection closes the socket if it cannot connect."""
+    return socket.create_connection(("127.0.0.1", node.port), 10, source_address=(source, 0))
 
 
 def _served(sock: socket.socket) -> bool:

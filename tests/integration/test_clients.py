@@ -31,6 +31,7 @@ from confluent_kafka.cimpl import NewPartitions, NewTopic
 from broker.protocol import ApiKey, Codec
 from broker.protocol.records import validate_batch
 from tests.integration.clients import QUIET, admin_client, create_topic, read_all
+from tests.support.kafka_python import close_kafka_python
 from tests.support.nodes import RunningNode, free_port, run_node, start_node
 from tests.support.proxy import lossy_proxy
 
@@ -89,17 +90,21 @@ def test_kafka_python_produce_and_consume(node: RunningNode, codec: str) -> None
         compression_type=None if codec == "none" else codec,
         acks="all",
     )
-    futures = [producer.send(topic, value=v, key=k, headers=list(h)) for k, v, h in sent]
-    producer.flush(15)
-    offsets = [f.get(timeout=10) for f in futures]
-    producer.close()
+    try:
+        futures = [producer.send(topic, value=v, key=k, headers=list(h)) for k, v, h in sent]
+        producer.flush(15)
+        offsets = [f.get(timeout=10) for f in futures]
+    finally:
+        close_kafka_python(producer)
     assert all(o.offset >= 0 for o in offsets)
 
     consumer = KafkaConsumer(bootstrap_servers=node.bootstrap, consumer_timeout_ms=5000)
-    consumer.assign([KpTopicPartition(topic, p) for p in range(3)])
-    consumer.seek_to_beginning()
-    got = [message for _, message in zip(range(len(sent)), consumer, strict=False)]
-    consumer.close()
+    try:
+        consumer.assign([KpTopicPartition(topic, p) for p in range(3)])
+        consumer.seek_to_beginning()
+        got = [message for _, message in zip(range(len(sent)), consumer, strict=False)]
+    finally:
+        close_kafka_python(consumer)
     assert sorted((k, v, h) for k, v, h in sent) == sorted(
         (m.key, m.value, list(m.headers)) for m in got
     )
@@ -120,15 +125,15 @@ def test_aiokafka_produce_and_consume(node: RunningNode, codec: str) -> None:
             compression_type=None if codec == "none" else codec,
             acks="all",
         )
-        await producer.start()
         try:
+            await producer.start()
             for key, value, headers in sent:
                 await producer.send_and_wait(topic, value=value, key=key, headers=headers)
         finally:
             await producer.stop()
         consumer = AIOKafkaConsumer(bootstrap_servers=node.bootstrap)
-        await consumer.start()
         try:
+            await consumer.start()
             consumer.assign([AioTopicPartition(topic, p) for p in range(3)])
             await consumer.seek_to_beginning()
             got: list[Any] = []
@@ -522,7 +527,7 @@ def test_describe_cluster_and_log_dirs(node: RunningNode) -> None:
     try:
         [described] = kp_admin.describe_log_dirs(["sized"])
     finally:
-        kp_admin.close()
+        close_kafka_python(kp_admin)
     assert described["broker"] == 1
     [log_dir] = described["log_dirs"]
     assert (log_dir["error_code"], log_dir["log_dir"]) == (0, str(log_dirs))

@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.integration.clients import QUIET, admin_client, create_topic
+from tests.support.kafka_python import close_kafka_python
 from tests.support.nodes import RunningNode, run_node, start_node
 
 
@@ -141,26 +142,30 @@ def test_kafka_python_group_consumer(node: RunningNode) -> None:
         )
 
     consumer = reader(10_000)
-    got = [message for _, message in zip(range(30), consumer, strict=False)]
-    consumer.commit()
-    consumer.close()
+    try:
+        got = [message for _, message in zip(range(30), consumer, strict=False)]
+        consumer.commit()
+    finally:
+        close_kafka_python(consumer)
     assert len(got) == 30
     again = reader(2_000)
-    assert list(again) == []  # resumed from the committed offsets
-    # ... which are the ends of the partitions (an empty read alone proves no resume).
-    committed = [again.committed(TopicPartition("kp-group", p)) for p in range(3)]
-    assert sum(offset or 0 for offset in committed) == 30
-    # The empty read could be a consumer not yet fetching after 2 s; the same consumer, given
-    # one record now, must read that one first: resumed anywhere earlier, older ones come first.
-    producer = Producer({"bootstrap.servers": node.bootstrap, **QUIET})
-    producer.produce("kp-group", value=b"after", partition=0)
-    assert producer.flush(10) == 0
-    fresh: list[Any] = []
-    deadline = time.monotonic() + 20
-    while not fresh and time.monotonic() < deadline:
-        fresh = [r for records in again.poll(timeout_ms=500).values() for r in records]
+    try:
+        assert list(again) == []  # resumed from the committed offsets
+        # ... which are the ends of the partitions (an empty read alone proves no resume).
+        committed = [again.committed(TopicPartition("kp-group", p)) for p in range(3)]
+        assert sum(offset or 0 for offset in committed) == 30
+        # The empty read could be a consumer not yet fetching after 2 s; the same consumer, given
+        # one record now, must read that one first: resumed anywhere earlier, older ones come first.
+        producer = Producer({"bootstrap.servers": node.bootstrap, **QUIET})
+        producer.produce("kp-group", value=b"after", partition=0)
+        assert producer.flush(10) == 0
+        fresh: list[Any] = []
+        deadline = time.monotonic() + 20
+        while not fresh and time.monotonic() < deadline:
+            fresh = [r for records in again.poll(timeout_ms=500).values() for r in records]
+    finally:
+        close_kafka_python(again)
     assert [(r.partition, r.offset, r.value) for r in fresh] == [(0, committed[0], b"after")]
-    again.close()
 
 
 def test_aiokafka_group_consumer(node: RunningNode) -> None:
@@ -176,8 +181,8 @@ def test_aiokafka_group_consumer(node: RunningNode) -> None:
             group_id="aio-readers",
             auto_offset_reset="earliest",
         )
-        await consumer.start()
         try:
+            await consumer.start()
             count = 0
             while count < 30:
                 batches = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 20)

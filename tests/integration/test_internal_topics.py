@@ -26,6 +26,7 @@ from broker.protocol import ApiKey, ErrorCode, build
 from broker.protocol.messages import request_module
 from broker.protocol.records import Record, build_batch
 from tests.integration.clients import QUIET, admin_client, create_topic, read_all
+from tests.support.kafka_python import close_kafka_python
 from tests.support.nodes import run_node
 from tests.support.wire import call, now_ms, produce
 
@@ -210,7 +211,7 @@ def test_an_admin_request_too_large_for_one_operation_is_refused_whole(
             with pytest.raises(PolicyViolationError, match="excessively large batch operation"):
                 python_admin.create_topics([PythonNewTopic("huge", 1_000_000, 1)])
         finally:
-            python_admin.close()
+            close_kafka_python(python_admin)
 
         admin = admin_client(node.bootstrap)
         # Two topics that fit alone but not together: neither is created.

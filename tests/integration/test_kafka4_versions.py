@@ -36,6 +36,7 @@ from broker.protocol import ApiKey, ErrorCode, request_type
 from broker.protocol.records import Record, build_batch
 from tests.support.brokers import RunningBroker, run_broker
 from tests.support.kafka_dist import KafkaTools
+from tests.support.kafka_python import close_kafka_python
 from tests.support.nodes import RunningNode, free_port, run_node
 from tests.support.requests import fill
 from tests.support.wire import call
@@ -505,7 +506,7 @@ def _produce_and_consume(node: RunningNode, KafkaProducer: Any, KafkaConsumer: A
         producer.flush(30)
         offsets = [future.get(timeout=30).offset for future in sent]
     finally:
-        producer.close(10)
+        close_kafka_python(producer, 10)
     assert offsets == list(range(20))
 
     consumer = KafkaConsumer(
@@ -527,7 +528,7 @@ def _produce_and_consume(node: RunningNode, KafkaProducer: Any, KafkaConsumer: A
         (partition,) = consumer.assignment()
         committed = consumer.committed(partition)
     finally:
-        consumer.close()
+        close_kafka_python(consumer)
     assert got == [(b"k%d" % i, b"v%d" % i) for i in range(20)]
     assert committed == 20
 

@@ -30,6 +30,7 @@ from broker.protocol import (
 )
 from broker.protocol.messages import request_module
 from tests.integration.clients import QUIET, admin_client, create_topic
+from tests.support.kafka_python import close_kafka_python
 from tests.support.nodes import RunningNode, free_port, refused_start, run_node
 from tests.support.wire import exchange
 
@@ -80,12 +81,12 @@ def test_kafka_python_and_aiokafka_bootstrap(node: RunningNode) -> None:
     try:
         assert admin.describe_cluster()["brokers"][0]["port"] == node.port
     finally:
-        admin.close()
+        close_kafka_python(admin)
 
     async def bootstrap() -> set[int]:
         client = AIOKafkaClient(bootstrap_servers=node.bootstrap)
-        await client.bootstrap()
         try:
+            await client.bootstrap()
             return {b.nodeId for b in client.cluster.brokers()}
         finally:
             await client.close()

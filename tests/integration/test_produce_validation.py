@@ -19,6 +19,7 @@ from confluent_kafka import KafkaError, Producer
 from broker.protocol import Codec, ErrorCode
 from broker.protocol.records import Record, build_batch
 from tests.integration.clients import QUIET, create_topic, read_all
+from tests.support.kafka_python import close_kafka_python
 from tests.support.nodes import RunningNode, run_node
 from tests.support.wire import init_producer_id, now_ms, produce
 
@@ -77,7 +78,7 @@ def test_a_batch_claiming_records_it_does_not_hold_is_refused(node: RunningNode)
         # is: stored, the refused one would have taken offset 0 before it.
         assert [(m.offset, m.value) for m in consumer] == [(0, b"v")]
     finally:
-        consumer.close()
+        close_kafka_python(consumer)
 
 
 def _init_producer_id(port: int) -> tuple[int, int]:

@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.integration.clients import QUIET
+from tests.support.kafka_python import close_kafka_python
 from tests.support.nodes import RunningNode
 
 pytestmark = [
@@ -74,12 +75,12 @@ def test_kafka_python_admin_and_timestamps(node: RunningNode) -> None:
             assert consumer.beginning_offsets([partition]) == {partition: 0}
             assert consumer.end_offsets([partition]) == {partition: 10}
         finally:
-            consumer.close()
+            close_kafka_python(consumer)
 
         admin.delete_topics(["kp-admin"])
         assert "kp-admin" not in admin.list_topics()
     finally:
-        admin.close()
+        close_kafka_python(admin)
 
 
 def test_aiokafka_admin_and_timestamps(node: RunningNode) -> None:
@@ -88,8 +89,8 @@ def test_aiokafka_admin_and_timestamps(node: RunningNode) -> None:
 
     async def scenario() -> None:
         admin = AIOKafkaAdminClient(bootstrap_servers=node.bootstrap)
-        await admin.start()
         try:
+            await admin.start()
             await admin.create_topics([NewTopic("aio-admin", 1, 1)])
             assert "aio-admin" in await admin.list_topics()
             await admin.create_partitions({"aio-admin": NewPartitions(3)})
@@ -99,8 +100,8 @@ def test_aiokafka_admin_and_timestamps(node: RunningNode) -> None:
             base = 1_700_000_000_000
             _produce_with_timestamps(node.bootstrap, "aio-admin", base, 10)
             consumer = AIOKafkaConsumer(bootstrap_servers=node.bootstrap)
-            await consumer.start()
             try:
+                await consumer.start()
                 partition = TopicPartition("aio-admin", 0)
                 found = await consumer.offsets_for_times({partition: base + 6000})
                 assert found[partition] is not None

@@ -141,10 +141,17 @@ def lossy_proxy(
             proxy._track(client)
             threading.Thread(target=_serve, args=(proxy, client), daemon=True).start()
 
-    threading.Thread(target=accept, daemon=True).start()
+    acceptor = threading.Thread(target=accept, daemon=True)
+    acceptor.start()
     try:
         yield proxy
     finally:
         stopped.set()
+        # Closing the listener does not wake a thread blocked in accept(): that one would go
+        # on accepting (a client reconnecting after the block, proxied to the broker). A
+        # shutdown wakes it.
+        with contextlib.suppress(OSError):
+            listener.shutdown(socket.SHUT_RDWR)
+        acceptor.join()
         listener.close()
         proxy._close_all()
