@@ -48,6 +48,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = outcome.get_result()
     if report.when == "call":
         item.stash[_FAILED] = report.failed
+        funcargs = getattr(item, "funcargs", {})
+        if report.failed and "namespace" in funcargs and "kubectl" in funcargs:
+            # The artifacts stay on the machine that ran the test; CI shows only the report.
+            report.sections.append(
+                ("cluster state", _summary(funcargs["namespace"], funcargs["kubectl"]))
+            )
 
 
 _FAILED = pytest.StashKey[bool]()
@@ -128,6 +134,38 @@ def namespace(
     if request.node.stash.get(_FAILED, False):
         _collect(name, kubectl)
     core.delete_namespace(name)
+
+
+def _summary(namespace: str, kubectl: Kubectl) -> str:
+    """What a failed test's report shows of the cluster: the node's conditions that are not
+    as they should be (DiskPressure stops new pods from being scheduled), the namespace's pods,
+    its latest events and the end of each pod's log."""
+    parts = []
+    conditions = (
+        "{range .items[*]}{.metadata.name}{range .status.conditions[*]}"
+        '{" "}{.type}={.status}{end}{"\\n"}{end}'
+    )
+    for title, args, in_namespace in (
+        ("nodes", ("get", "nodes", "-o", f"jsonpath={conditions}"), False),
+        ("pods", ("get", "pods", "-o", "wide"), True),
+        ("events", ("get", "events", "--sort-by=.lastTimestamp"), True),
+    ):
+        try:
+            text = kubectl(*args, namespace=namespace if in_namespace else None)
+        except AssertionError as exc:
+            text = str(exc)
+        parts.append(f"--- {title}\n" + "\n".join(text.splitlines()[-25:]))
+    try:
+        pods = kubectl("get", "pods", "-o", "name", namespace=namespace).split()
+    except AssertionError:
+        pods = []
+    for pod in pods:
+        try:
+            logs = kubectl("logs", pod, "--all-containers", "--tail=20", namespace=namespace)
+        except AssertionError as exc:
+            logs = str(exc)
+        parts.append(f"--- {pod} (last lines of its log)\n{logs}")
+    return "\n".join(parts)
 
 
 def _collect(namespace: str, kubectl: Kubectl) -> None:

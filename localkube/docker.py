@@ -27,6 +27,7 @@ from . import config
 from .processes import log_tail
 
 __all__ = [
+    "BUILD_STAGE_LABEL",
     "ImageError",
     "docker_build",
     "docker_cli",
@@ -37,6 +38,7 @@ __all__ = [
     "image_size",
     "load_into_containerd",
     "load_into_kind",
+    "prune_build_stages",
 ]
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,10 @@ log = logging.getLogger(__name__)
 # dockerd, once started here, runs for the rest of the machine's session; the reference keeps
 # Python from reaping the Popen (and warning about it) while this process lives.
 _started_daemons: list[subprocess.Popen[bytes]] = []
+
+
+# The label project Dockerfiles put on their build stage (`FROM … AS build`).
+BUILD_STAGE_LABEL = "io.gregor.build-stage"
 
 
 class ImageError(RuntimeError):
@@ -199,6 +205,46 @@ def docker_build(
     # stages are separate images and stay, as Docker's cache for the next build.
     if previous is not None and previous != _image_id(tag):
         subprocess.run([docker_cli(), "rmi", previous], capture_output=True, check=False)
+
+
+def prune_build_stages(keep: int = 2) -> list[str]:
+    """Remove the untagged build-stage images (labelled BUILD_STAGE_LABEL) that older builds
+    left behind, keeping the `keep` newest of each stage as Docker's cache for the next build
+    (two: a checkout and a worktree built in turn both keep theirs). Every source change makes
+    a new stage image of up to a gigabyte; without this they fill the disk, and a kubelet short
+    of disk schedules no more pods. Returns the ids removed."""
+    listed = subprocess.run(
+        [docker_cli(), "images", "--quiet", "--no-trunc", "--filter", "dangling=true",
+         "--filter", f"label={BUILD_STAGE_LABEL}"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    ids = sorted(set(listed.stdout.split()))
+    if listed.returncode != 0 or len(ids) <= keep:
+        return []
+    inspected = subprocess.run(
+        [docker_cli(), "image", "inspect", *ids], capture_output=True, text=True, check=False
+    )
+    if inspected.returncode != 0:
+        return []
+    kept: dict[str, int] = {}
+    stale = []
+    for image in sorted(json.loads(inspected.stdout), key=_created, reverse=True):
+        stage = ((image.get("Config") or {}).get("Labels") or {}).get(BUILD_STAGE_LABEL, "")
+        kept[stage] = kept.get(stage, 0) + 1
+        if kept[stage] > keep:
+            stale.append(image["Id"])
+    if stale:
+        log.info("removing %d build-stage images older builds left behind", len(stale))
+        subprocess.run([docker_cli(), "rmi", *stale], capture_output=True, check=False)
+    return stale
+
+
+def _created(image: Mapping[str, str]) -> str:
+    """An image's creation time as a sortable string: RFC 3339 with the fraction padded to
+    nanoseconds (Docker drops its trailing zeros)."""
+    created = image.get("Created", "")
+    seconds, _, fraction = created.rstrip("Z").partition(".")
+    return f"{seconds}.{fraction.ljust(9, '0')}"
 
 
 # Loading into a cluster's runtime ------------------------------------------------------------

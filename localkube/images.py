@@ -37,6 +37,7 @@ from .docker import (
     image_exists,
     image_size,
     load_into_containerd,
+    prune_build_stages,
 )
 from .host import mounts_under, unmount_under
 from .processes import log_tail
@@ -263,6 +264,7 @@ def build_project_images(base: str, names: Sequence[str] = PROJECT_IMAGES) -> li
         tag = f"gregor-{name}:{PROJECT_TAG}"
         docker_build(tag, dockerfile.relative_to(root).as_posix(), files, {"BASE_IMAGE": base})
         tags.append(tag)
+    prune_build_stages()
     return tags
 
 
