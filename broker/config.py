@@ -206,6 +206,17 @@ class BrokerConfig:
     """`log.cleaner.dedupe.buffer.size`: the memory one round's offset map may take (128 MiB,
     about a million keys); a log with more distinct keys in its dirty range is cleaned over
     several rounds."""
+    replica_fetch_wait_max_ms: int = 500
+    """`replica.fetch.wait.max.ms`: how long a follower's fetch waits at the leader for data."""
+    replica_fetch_min_bytes: int = 1
+    replica_fetch_max_bytes: int = 1_048_576
+    """`replica.fetch.max.bytes`: a follower's fetch asks this much of each partition."""
+    replica_fetch_response_max_bytes: int = 10_485_760
+    replica_fetch_backoff_ms: int = 1000
+    """`replica.fetch.backoff.ms`: a follower waits this long after a failed fetch."""
+    replica_lag_time_max_ms: int = 30_000
+    """`replica.lag.time.max.ms`: a follower that has not caught up with its leader's log end
+    for this long leaves the ISR."""
     broker_heartbeat_interval_ms: int = 2000
     """`broker.heartbeat.interval.ms`: how often a broker tells the active controller it is
     alive."""
@@ -425,6 +436,12 @@ _BROKER: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "log.cleaner.enable": ("log_cleaner_enable", _bool),
     "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", _int(0)),
     "log.cleaner.dedupe.buffer.size": ("log_cleaner_dedupe_buffer_size", _int(1)),
+    "replica.fetch.wait.max.ms": ("replica_fetch_wait_max_ms", _int(0)),
+    "replica.fetch.min.bytes": ("replica_fetch_min_bytes", _int(1)),
+    "replica.fetch.max.bytes": ("replica_fetch_max_bytes", _int(1)),
+    "replica.fetch.response.max.bytes": ("replica_fetch_response_max_bytes", _int(1)),
+    "replica.fetch.backoff.ms": ("replica_fetch_backoff_ms", _int(0)),
+    "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int(1)),
     "broker.heartbeat.interval.ms": ("broker_heartbeat_interval_ms", _int(1)),
     "broker.session.timeout.ms": ("broker_session_timeout_ms", _int(1)),
     "controller.quorum.election.timeout.ms": ("controller_quorum_election_timeout_ms", _int(1)),

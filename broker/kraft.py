@@ -33,8 +33,10 @@ from broker.metadata.brokers import (
     register,
 )
 from broker.metadata.configs import ResolvedConfig, log_config, resolve_topic_configs
+from broker.metadata.elections import IsrAnswer, IsrChange, alter_isr
 from broker.metadata.image import BROKER_RESOURCE, Change
 from broker.metadata.records import decode_record, encode_record
+from broker.protocol.errors import ErrorCode
 from broker.quorum import NotController, QuorumDriver, QuorumStore
 from broker.raft import QuorumTimeouts
 from broker.storage import LogConfig
@@ -44,12 +46,6 @@ __all__ = ["MetadataService", "NotController"]
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-MAX_REPLICATION_FACTOR = 1
-"""Until partitions are replicated (the replication work of issue 12), a partition has one
-replica: a topic asking for more is refused, rather than created with followers that would
-never hold its records."""
 
 
 class MetadataService:
@@ -69,7 +65,6 @@ class MetadataService:
             self.image,
             num_partitions=config.num_partitions,
             replication_factor=config.default_replication_factor,
-            max_replication_factor=MAX_REPLICATION_FACTOR,
         )
         self.subscribers: list[Callable[[Change], None]] = []
         self.load_failures: list[str] = []
@@ -198,6 +193,18 @@ class MetadataService:
         return await self._propose_at(
             lambda _: heartbeat(self.image, self.sessions, request, now_ms=self._steady())
         )
+
+    async def alter_isr(
+        self, broker_id: int, broker_epoch: int, changes: list[IsrChange]
+    ) -> tuple[ErrorCode, list[IsrAnswer]]:
+        """A partition leader's AlterPartition, decided and committed here (the active
+        controller): answered once the ISR changes are committed."""
+
+        def decide(_: int) -> tuple[Sequence[MetadataRecord], tuple[ErrorCode, list[IsrAnswer]]]:
+            records, error, answers = alter_isr(self.image, broker_id, broker_epoch, changes)
+            return records, (error, answers)
+
+        return await self._propose_at(decide)
 
     async def _propose_at(self, decide: Callable[[int], tuple[Sequence[MetadataRecord], T]]) -> T:
         """As `propose`, for records that name their own offset (a broker's epoch is the

@@ -5,7 +5,8 @@ it has caught up with the metadata log, keeps its session with a heartbeat every
 The active controller may be this very node (combined mode, `make run`): then the requests go
 to it in process; otherwise to the controller listener of the voter that leads, as
 BrokerRegistration and BrokerHeartbeat requests. A controller that moves, refuses
-(NOT_CONTROLLER) or does not answer is retried after `RETRY_BACKOFF_S`.
+(NOT_CONTROLLER) or does not answer is retried after `RETRY_BACKOFF_S`. The partitions this
+broker leads change their ISR through it too (AlterPartition).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from broker.config import SECURITY_PROTOCOL_IDS, BrokerConfig
 from broker.kraft import MetadataService, NotController
 from broker.metadata.brokers import Heartbeat, HeartbeatAnswer, Registration, RegistrationAnswer
+from broker.metadata.elections import IsrAnswer, IsrChange
 from broker.metadata.records import BrokerEndpoint
 from broker.peer import PeerConnection, PeerUnavailable
 from broker.protocol import ApiKey, ErrorCode, build, request_type
@@ -31,6 +33,7 @@ log = logging.getLogger(__name__)
 RETRY_BACKOFF_S = 0.1
 REGISTRATION_VERSION = 4
 HEARTBEAT_VERSION = 1
+ALTER_PARTITION_VERSION = 3
 
 
 class BrokerLifecycle:
@@ -163,6 +166,55 @@ class BrokerLifecycle:
                 self._unfenced.set()
             # Fenced (catching up): ask again soon rather than in a whole interval.
             await asyncio.sleep(RETRY_BACKOFF_S if answer.is_fenced else interval)
+
+    async def alter_isr(self, changes: list[IsrChange]) -> tuple[ErrorCode, list[IsrAnswer]] | None:
+        """AlterPartition for partitions this broker leads; None when no controller answered
+        (the caller asks again later)."""
+        metadata = self._metadata
+        if metadata.is_active_controller:
+            try:
+                return await metadata.alter_isr(self._config.node_id, self.broker_epoch, changes)
+            except NotController:
+                return None
+        schema = request_module(ApiKey.ALTER_PARTITION, ALTER_PARTITION_VERSION)
+        by_topic: dict[uuid.UUID, list[Any]] = {}
+        for change in changes:
+            by_topic.setdefault(change.topic_id, []).append(
+                build(
+                    schema.PartitionData,
+                    partition_index=change.partition,
+                    leader_epoch=change.leader_epoch,
+                    new_isr_with_epochs=tuple(
+                        build(schema.BrokerState, broker_id=member, broker_epoch=epoch)
+                        for member, epoch in change.new_isr
+                    ),
+                    leader_recovery_state=0,
+                    partition_epoch=change.partition_epoch,
+                )
+            )
+        body = build(
+            schema.AlterPartitionRequest,
+            broker_id=self._config.node_id,
+            broker_epoch=self.broker_epoch,
+            topics=tuple(
+                build(schema.TopicData, topic_id=topic_id, partitions=tuple(partitions))
+                for topic_id, partitions in by_topic.items()
+            ),
+        )
+        response = await self._send(ApiKey.ALTER_PARTITION, ALTER_PARTITION_VERSION, body)
+        if response is None or response.error_code == ErrorCode.not_controller:
+            return None
+        answers = {
+            (topic.topic_id, p.partition_index): IsrAnswer(
+                _error(p.error_code), p.leader_id, p.leader_epoch, tuple(p.isr), p.partition_epoch
+            )
+            for topic in response.topics
+            for p in topic.partitions
+        }
+        missing = IsrAnswer(ErrorCode.unknown_server_error)
+        return _error(response.error_code), [
+            answers.get((c.topic_id, c.partition), missing) for c in changes
+        ]
 
     # -- requests to the active controller ---------------------------------------------------
 

@@ -28,9 +28,11 @@ from broker.handlers.quorum import build_controller_dispatcher
 from broker.kraft import MetadataService
 from broker.lifecycle import BrokerLifecycle
 from broker.metadata import BROKER_RESOURCE, ConfigChanged, MetadataImage, PartitionChanged
+from broker.metadata.elections import IsrChange
 from broker.metadata.image import Change
 from broker.metrics import BrokerMetrics, MetricsEndpoint
-from broker.replica import ReplicaManager
+from broker.protocol.errors import ErrorCode
+from broker.replica import FetcherSettings, Partition, ReplicaFetchers, ReplicaManager
 from broker.server import BoundListener, BrokerServer, Dispatcher
 from broker.storage import Log, LogManager, StorageError
 from broker.storage.manager import TopicPartition
@@ -120,9 +122,12 @@ class Node:
         self.state: NodeState | None = None
         self.groups: GroupService | None = None
         self.replicas: ReplicaManager | None = None
+        self.fetchers: ReplicaFetchers | None = None
         self.metrics: BrokerMetrics | None = None
         self._metrics_endpoint: MetricsEndpoint | None = None
         self._housekeeping: asyncio.Task[None] | None = None
+        self._isr_checks: asyncio.Task[None] | None = None
+        self._isr_requests: set[asyncio.Task[None]] = set()
         self._cleaner: asyncio.Task[None] | None = None
         self.banner: str | None = None
         """Printed once the node serves (`gregor local up` tells the user where)."""
@@ -164,6 +169,7 @@ class Node:
                 replicas.apply(PartitionChanged(topic, index, partition))
         replicas.remove_strays()
         metadata.subscribers.append(replicas.apply)
+        self._follow_leaders(replicas, metadata)
         group_clock = steady_clock_ms()
         groups = self.groups = GroupService(
             self._group_config(image),
@@ -198,8 +204,16 @@ class Node:
                 {name: (e.host, e.port) for name, e in self.state.advertised.items()}
             )
         await self.server.serve()
+        self._start_background(replicas)
+        return bound
+
+    def _start_background(self, replicas: ReplicaManager) -> None:
+        """The node's periodic work: housekeeping, ISR checks, compaction."""
         loop = asyncio.get_running_loop()
         self._housekeeping = loop.create_task(self._housekeep())
+        if self.lifecycle is not None:
+            replicas.on_isr_change = self._alter_isr
+            self._isr_checks = loop.create_task(self._check_isr())
         if self.config.log_cleaner_enable:
             self._cleaner = loop.create_task(
                 run_cleaner(
@@ -209,7 +223,27 @@ class Node:
                     backoff_ms=self.config.log_cleaner_backoff_ms,
                 )
             )
-        return bound
+
+    def _follow_leaders(self, replicas: ReplicaManager, metadata: MetadataService) -> None:
+        """Replica fetchers for the partitions this node follows, following the metadata."""
+        config = self.config
+        fetchers = self.fetchers = ReplicaFetchers(
+            FetcherSettings(
+                config.node_id,
+                self.cluster_id,
+                config.inter_broker_listener_name,
+                wait_max_ms=config.replica_fetch_wait_max_ms,
+                min_bytes=config.replica_fetch_min_bytes,
+                max_bytes=config.replica_fetch_max_bytes,
+                response_max_bytes=config.replica_fetch_response_max_bytes,
+                backoff_ms=config.replica_fetch_backoff_ms,
+            ),
+            replicas,
+            lambda: metadata.image,
+        )
+        replicas.on_role_change = fetchers.update
+        replicas.replica_lag_time_max_ms = config.replica_lag_time_max_ms
+        fetchers.update()
 
     def _controller_endpoint(self) -> tuple[str, str, int] | None:
         """This voter's controller listener (name, host, port), as `controller.quorum.voters`
@@ -303,6 +337,58 @@ class Node:
             except Exception:
                 log.exception("housekeeping failed; retrying on the next round")
 
+    async def _check_isr(self) -> None:
+        """Lagging followers leave the ISRs this node leads; checked at half the lag limit,
+        as Kafka does."""
+        assert self.replicas is not None
+        while True:
+            await asyncio.sleep(self.config.replica_lag_time_max_ms / 2000)
+            try:
+                self.replicas.check_isr()
+            except Exception:
+                log.exception("checking the ISRs failed; retrying on the next round")
+
+    def _alter_isr(self, partition: Partition, wanted: tuple[int, ...]) -> None:
+        """Ask the active controller for a led partition's new ISR (in the background: the
+        answer comes back as a metadata change)."""
+        task = asyncio.get_running_loop().create_task(self._send_isr(partition, wanted))
+        self._isr_requests.add(task)
+        task.add_done_callback(self._isr_requests.discard)
+
+    async def _send_isr(self, partition: Partition, wanted: tuple[int, ...]) -> None:
+        assert self.lifecycle is not None
+        assert self.replicas is not None
+        image = self.metadata.image if self.metadata is not None else None
+        topic = None if image is None else image.topics.get(partition.topic)
+        if image is None or topic is None:
+            self.replicas.isr_change_failed(partition)
+            return
+        change = IsrChange(
+            topic.topic_id,
+            partition.index,
+            partition.leader_epoch,
+            partition.state.partition_epoch,
+            tuple(
+                (member, image.brokers[member].epoch if member in image.brokers else -1)
+                for member in wanted
+            ),
+        )
+        try:
+            answered = await self.lifecycle.alter_isr([change])
+        except Exception:
+            log.exception("AlterPartition for %s-%d failed", partition.topic, partition.index)
+            answered = None
+        error = None if answered is None else answered[1][0].error if answered[1] else answered[0]
+        if error != ErrorCode.none:
+            log.info(
+                "the controller did not change the ISR of %s-%d to %s: %s",
+                partition.topic,
+                partition.index,
+                list(wanted),
+                "no answer" if error is None else error.name,
+            )
+            self.replicas.isr_change_failed(partition)
+
     def _high_watermarks(self) -> dict[TopicPartition, int]:
         assert self.state is not None
         return {key: p.high_watermark for key, p in self.state.replicas.partitions.items()}
@@ -312,7 +398,7 @@ class Node:
             await self.lifecycle.shut_down()
         if self.metadata is not None:
             await self.metadata.resign()
-        for task in (self._cleaner, self._housekeeping):
+        for task in (self._cleaner, self._housekeeping, self._isr_checks, *self._isr_requests):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -320,6 +406,8 @@ class Node:
             await self._metrics_endpoint.stop()
         if self.server is not None:
             await self.server.stop()
+        if self.fetchers is not None:
+            await self.fetchers.close()
         if self.groups is not None:
             await self.groups.stop()
         if self.forwarding is not None:

@@ -14,7 +14,7 @@ from typing import TypeVar
 from broker.config import BrokerConfig
 from broker.forwarding import Forwarding
 from broker.groups.service import GroupService
-from broker.kraft import MetadataService
+from broker.kraft import MetadataService, NotController
 from broker.metadata import TopicRequest
 from broker.protocol import (
     ApiKey,
@@ -186,26 +186,35 @@ class NodeState:
         found = self.metadata.image.topics.get(name)
         return None if found is None else found.topic_id
 
-    async def _create_offsets_topic_elsewhere(self, topic: TopicRequest) -> bool:
-        """Ask the active controller to create `__consumer_offsets`, as this broker; True once
-        this node's image has it (the controller answers after the commit, and this node
-        applies it a fetch later)."""
-        assert self.forwarding is not None
+    async def create_topics(self, requests: list[TopicRequest]) -> list[tuple[ErrorCode, str]]:
+        """This broker's own topic creations (`__consumer_offsets`, auto-created topics): with
+        the controller in this node, proposed here; otherwise sent to the active controller as
+        a CreateTopics from this broker (KIP-590's forwarding). (error, message) per request,
+        once committed; BROKER_NOT_AVAILABLE when no controller could be asked."""
+        if self.metadata.is_active_controller or self.forwarding is None:
+            try:
+                results = await self.metadata.propose(
+                    lambda c: c.create_topics(requests, by_broker=True)
+                )
+            except NotController as exc:
+                return [(ErrorCode.not_controller, str(exc))] * len(requests)
+            return [(r.error, r.message or "") for r in results]
         schema = request_module(ApiKey.CREATE_TOPICS, _CREATE_TOPICS_VERSION)
-        configs = tuple(
-            build(schema.CreatableTopicConfig, name=k, value=v) for k, v in topic.configs.items()
-        )
         body = build(
             schema.CreateTopicsRequest,
-            topics=(
+            topics=tuple(
                 build(
                     schema.CreatableTopic,
                     name=topic.name,
                     num_partitions=topic.num_partitions,
                     replication_factor=topic.replication_factor,
                     assignments=(),
-                    configs=configs,
-                ),
+                    configs=tuple(
+                        build(schema.CreatableTopicConfig, name=k, value=v)
+                        for k, v in topic.configs.items()
+                    ),
+                )
+                for topic in requests
             ),
             timeout=timedelta(seconds=30),
             validate_only=False,
@@ -213,17 +222,15 @@ class NodeState:
         header = RequestHeader(ApiKey.CREATE_TOPICS, _CREATE_TOPICS_VERSION, 0, "gregor-broker")
         answer = await self.forwarding.send_as_broker(encode_request(header, body)[4:])
         if answer is None:
-            return False
+            return [(ErrorCode.broker_not_available, "no controller answered")] * len(requests)
         _, response = decode_response(ApiKey.CREATE_TOPICS, _CREATE_TOPICS_VERSION, answer[4:])
-        error = response.topics[0].error_code  # type: ignore[union-attr]
-        if error not in (ErrorCode.none, ErrorCode.topic_already_exists):
-            log.warning(
-                "the controller did not create %s: %s",
-                OFFSETS_TOPIC,
-                response.topics[0].error_message,  # type: ignore[union-attr]
-            )
-            return False
-        return OFFSETS_TOPIC in self.metadata.image.topics
+        by_name = {t.name: t for t in response.topics}  # type: ignore[union-attr]
+        return [
+            (ErrorCode(by_name[t.name].error_code), by_name[t.name].error_message or "")
+            if t.name in by_name
+            else (ErrorCode.unknown_server_error, "not in the controller's answer")
+            for t in requests
+        ]
 
     async def ensure_offsets_topic(self) -> bool:
         """Create `__consumer_offsets` on first use, as Kafka does: compacted, with
@@ -242,16 +249,14 @@ class NodeState:
                 "segment.bytes": str(OFFSETS_TOPIC_SEGMENT_BYTES),
             },
         )
-        if not self.metadata.is_active_controller and self.forwarding is not None:
-            return await self._create_offsets_topic_elsewhere(request)
-        results = await self.metadata.propose(lambda c: c.create_topics([request], by_broker=True))
-        result = results[0]
-        if result.error not in (ErrorCode.none, ErrorCode.topic_already_exists):
+        [(error, message)] = await self.create_topics([request])
+        if error not in (ErrorCode.none, ErrorCode.topic_already_exists):
             log.warning(
                 "cannot create %s (offsets.topic.replication.factor=%d): %s",
                 OFFSETS_TOPIC,
                 self.config.offsets_topic_replication_factor,
-                result.message,
+                message,
             )
             return False
-        return True
+        # The controller answers once it committed; this node applies it a fetch later.
+        return OFFSETS_TOPIC in self.metadata.image.topics

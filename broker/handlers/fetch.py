@@ -10,9 +10,14 @@ segment, which the server sends with `sendfile` (`broker/protocol/fetch.py`). Fe
 fetch requests.
 
 From v13 topics come by id (KIP-516), resolved through the metadata image; from v16 a partition
-whose leader moved names the new leader and its endpoint (KIP-951). The follower-only fields of
-v15, v17 and v18 (ReplicaState, ReplicaDirectoryId, HighWatermark) are read with a consumer's
-meaning: replicas do not fetch through this handler.
+whose leader moved names the new leader and its endpoint (KIP-951).
+
+A fetch with a replica id (ReplicaId before v15, ReplicaState from v15) is a follower's: it
+reads up to the log end rather than the high watermark, only from a broker that is one of the
+partition's replicas, and its fetch offset tells the leader how far the follower has come
+(which moves the high watermark). Its LastFetchedEpoch is checked against the leader's epochs,
+and a follower whose log parted is told where (DivergingEpoch). Only a registered broker of
+this cluster may fetch as a replica.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ __all__ = ["Handler"]
 
 FIRST_TOPIC_ID_VERSION = 13
 FIRST_CURRENT_LEADER_VERSION = 16
+FIRST_REPLICA_STATE_VERSION = 15
 _LEADER_MOVED = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)
 _UNKNOWN_TOPIC_ID = FetchResult(ErrorCode.unknown_topic_id)
 
@@ -54,8 +60,11 @@ class Handler:
             if name is not None
             for p in t.partitions
         ]
+        replica_id = _replica_id(request, version)
+        if replica_id >= 0 and replica_id not in self._state.metadata.image.brokers:
+            return _refused(request, names, ErrorCode.not_leader_or_follower)
         while True:
-            reads, total, errors = self._read(request, names)
+            reads, total, errors = self._read(request, names, replica_id)
             remaining = deadline - loop.time()
             if total >= request.min_bytes or errors or remaining <= 0 or not keys:
                 break
@@ -102,7 +111,7 @@ class Handler:
             endpoints[leader.node[0]] = NodeEndpoint(*leader.node)
 
     def _read(
-        self, request: Any, names: list[str | None]
+        self, request: Any, names: list[str | None], replica_id: int
     ) -> tuple[list[list[tuple[Any, FetchResult]]], int, bool]:
         budget = request.max_bytes
         total = 0
@@ -113,6 +122,17 @@ class Handler:
             for wanted in topic.partitions:
                 if name is None:
                     result = _UNKNOWN_TOPIC_ID
+                elif replica_id >= 0:
+                    result = self._replicas.read_for_follower(
+                        name,
+                        wanted.partition,
+                        replica_id,
+                        wanted.fetch_offset,
+                        max(min(wanted.partition_max_bytes, budget), 0),
+                        min_one_batch=total == 0,
+                        current_leader_epoch=getattr(wanted, "current_leader_epoch", -1),
+                        last_fetched_epoch=getattr(wanted, "last_fetched_epoch", -1),
+                    )
                 else:
                     result = self._replicas.read(
                         name,
@@ -133,6 +153,33 @@ class Handler:
         return reads, total, errors
 
 
+def _replica_id(request: Any, version: int) -> int:
+    """Who fetches: a broker's id for a follower, -1 (or less) for a consumer."""
+    if version >= FIRST_REPLICA_STATE_VERSION:
+        state = getattr(request, "replica_state", None)
+        return -1 if state is None else int(state.replica_id)
+    return int(getattr(request, "replica_id", -1))
+
+
+def _refused(request: Any, names: list[str | None], error: ErrorCode) -> FetchResponse:
+    """Every partition answered `error` (a replica fetch from a broker this cluster does not
+    know)."""
+    refused = FetchResult(error)
+    return FetchResponse(
+        throttle_time_ms=0,
+        error_code=ErrorCode.none,
+        session_id=0,
+        responses=tuple(
+            FetchTopic(
+                name or "",
+                tuple(_partition(wanted, refused) for wanted in topic.partitions),
+                getattr(topic, "topic_id", None) or uuid.UUID(int=0),
+            )
+            for topic, name in zip(request.topics, names, strict=True)
+        ),
+    )
+
+
 def _partition(wanted: Any, result: FetchResult) -> FetchPartition:
     return FetchPartition(
         partition_index=wanted.partition,
@@ -141,4 +188,5 @@ def _partition(wanted: Any, result: FetchResult) -> FetchPartition:
         last_stable_offset=result.high_watermark,  # no transactions: nothing is left open
         log_start_offset=result.log_start_offset,
         records=b"" if result.records is None else result.records.pin(),
+        diverging_epoch=result.diverging_epoch,
     )

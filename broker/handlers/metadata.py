@@ -129,7 +129,9 @@ class Handler:
             and validate_topic_name(t.name) is None
         ]
         if missing:
-            await state.metadata.propose(lambda controller: controller.create_topics(missing))
+            # Answered UNKNOWN_TOPIC_OR_PARTITION (or LEADER_NOT_AVAILABLE) below until this
+            # node has applied the creation; the client asks again, as with Kafka.
+            await state.create_topics(missing)
 
     def _describe(self, schema: Any, topic: TopicState, operations: int) -> Any:
         partitions = tuple(

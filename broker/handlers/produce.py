@@ -1,8 +1,10 @@
 """Produce: record batches appended to partition logs, as they came (offsets patched in place).
 
 acks=0 gets no response at all; if such a request fails, the connection is closed so the
-client notices, as Kafka does. acks=1 and acks=all are answered once the batch is in the log
-(and, for all, once the in-sync replicas have it — on one node, at once).
+client notices, as Kafka does. acks=1 is answered once the batch is in the leader's log; acks=all
+once every in-sync replica has it too (the high watermark passed it), or REQUEST_TIMED_OUT after
+the request's timeout. Only the partition's leader appends: a follower answers
+NOT_LEADER_OR_FOLLOWER.
 
 From v13 topics come by id (KIP-516), resolved through the metadata image; an unknown id is
 answered UNKNOWN_TOPIC_ID. From v10 a NOT_LEADER_OR_FOLLOWER partition names its current leader
@@ -12,6 +14,8 @@ and in transactions (KIP-890), which Gregor does not serve.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,54 +50,34 @@ class Handler:
         version = context.header.api_version
         schema = response_module(ApiKey.PRODUCE, version)
         acks = request.acks
-        partition_type = schema.PartitionProduceResponse
-        topics = []
         failed: list[str] = []
         endpoints: dict[int, Any] = {}
+        outcomes: list[tuple[Any, str | None, list[_Outcome]]] = []
         for topic in request.topic_data:
-            partitions = []
             if version >= FIRST_TOPIC_ID_VERSION:
                 name = self._state.topic_name(topic.topic_id) if topic.topic_id else None
             else:
                 name = topic.name
+            partitions = []
             for data in topic.partition_data:
-                record_errors: tuple[Any, ...] = ()
-                leader = None
-                if acks not in (0, 1, -1):
-                    error, message, info = ErrorCode.invalid_required_acks, None, None
-                elif name is None:
-                    error, message, info = ErrorCode.unknown_topic_id, None, None
-                elif name in INTERNAL_TOPICS:
-                    # The group coordinator appends to __consumer_offsets itself; a client's
-                    # records there would be read back as group state.
-                    error, info = ErrorCode.invalid_topic_exception, None
-                    message = f"Cannot append to internal topic {name}"
-                elif data.records is None:
-                    error, message, info = ErrorCode.corrupt_message, "no records", None
-                elif (refused := _refused_records(version, data.records)) is not None:
-                    (error, message), info = refused, None
-                else:
-                    result = await self._replicas.append_offloaded(
-                        name, data.index, data.records, acks
-                    )
-                    error, message, info = result.error, result.message, result.info
-                    # Per-record errors exist from v8 (KIP-467); older clients get the code.
-                    if result.batch_index is not None and version >= 8:
-                        record_errors = (
-                            build(
-                                schema.BatchIndexAndErrorMessage,
-                                batch_index=result.batch_index,
-                                batch_index_error_message=message,
-                            ),
-                        )
+                partitions.append(await self._append(schema, version, acks, name, data))
+            outcomes.append((topic, name, partitions))
+        if acks == -1:
+            await self._replicated(outcomes, request.timeout.total_seconds())
+        topics = []
+        for topic, name, partitions in outcomes:
+            answers = []
+            for outcome in partitions:
+                error, info = outcome.error, outcome.info
                 if error != ErrorCode.none:
-                    failed.append(f"{name or topic.topic_id}-{data.index}: {error.name}")
+                    failed.append(f"{name or topic.topic_id}-{outcome.index}: {error.name}")
+                leader = None
                 if (
                     error == ErrorCode.not_leader_or_follower
                     and name is not None
                     and version >= FIRST_CURRENT_LEADER_VERSION
                 ):
-                    found = self._state.current_leader(name, data.index, context.listener)
+                    found = self._state.current_leader(name, outcome.index, context.listener)
                     leader = build(
                         schema.LeaderIdAndEpoch,
                         leader_id=found.leader_id,
@@ -104,16 +88,16 @@ class Handler:
                         endpoints[node_id] = build(
                             schema.NodeEndpoint, node_id=node_id, host=host, port=port, rack=rack
                         )
-                partitions.append(
+                answers.append(
                     build(
-                        partition_type,
-                        index=data.index,
+                        schema.PartitionProduceResponse,
+                        index=outcome.index,
                         error_code=error,
                         base_offset=info.first_offset if info is not None else -1,
                         log_append_time=_append_time(info),
                         log_start_offset=info.log_start_offset if info is not None else -1,
-                        record_errors=record_errors,
-                        error_message=message,
+                        record_errors=outcome.record_errors,
+                        error_message=outcome.message,
                         **({} if leader is None else {"current_leader": leader}),
                     )
                 )
@@ -122,7 +106,7 @@ class Handler:
                     schema.TopicProduceResponse,
                     name=getattr(topic, "name", None),
                     topic_id=getattr(topic, "topic_id", None),
-                    partition_responses=tuple(partitions),
+                    partition_responses=tuple(answers),
                 )
             )
         if acks == 0:
@@ -136,6 +120,77 @@ class Handler:
             node_endpoints=tuple(endpoints.values()),
         )
         return response
+
+    async def _append(
+        self, schema: Any, version: int, acks: int, name: str | None, data: Any
+    ) -> _Outcome:
+        if acks not in (0, 1, -1):
+            return _Outcome(data.index, ErrorCode.invalid_required_acks)
+        if name is None:
+            return _Outcome(data.index, ErrorCode.unknown_topic_id)
+        if name in INTERNAL_TOPICS:
+            # The group coordinator appends to __consumer_offsets itself; a client's records
+            # there would be read back as group state.
+            return _Outcome(
+                data.index,
+                ErrorCode.invalid_topic_exception,
+                f"Cannot append to internal topic {name}",
+            )
+        if data.records is None:
+            return _Outcome(data.index, ErrorCode.corrupt_message, "no records")
+        refused = _refused_records(version, data.records)
+        if refused is not None:
+            return _Outcome(data.index, *refused)
+        result = await self._replicas.append_offloaded(name, data.index, data.records, acks)
+        outcome = _Outcome(data.index, result.error, result.message, result.info, topic=name)
+        # Per-record errors exist from v8 (KIP-467); older clients get the code.
+        if result.batch_index is not None and version >= 8:
+            outcome.record_errors = (
+                build(
+                    schema.BatchIndexAndErrorMessage,
+                    batch_index=result.batch_index,
+                    batch_index_error_message=result.message,
+                ),
+            )
+        return outcome
+
+    async def _replicated(
+        self, outcomes: list[tuple[Any, str | None, list[_Outcome]]], timeout: float
+    ) -> None:
+        """acks=all: every appended partition is answered once its in-sync replicas have the
+        batch (all waited for at once, within the request's timeout)."""
+        appended = [
+            outcome
+            for _, _, partitions in outcomes
+            for outcome in partitions
+            if outcome.error == ErrorCode.none and outcome.info is not None and outcome.topic
+        ]
+        if not appended:
+            return
+        errors = await asyncio.gather(
+            *(
+                self._replicas.wait_for_replication(
+                    o.topic or "", o.index, o.info.last_offset + 1 if o.info else 0, timeout
+                )
+                for o in appended
+            )
+        )
+        for outcome, error in zip(appended, errors, strict=True):
+            if error != ErrorCode.none:
+                outcome.error = error
+                outcome.info = None
+
+
+@dataclasses.dataclass(slots=True)
+class _Outcome:
+    """One partition's produce, from its append to its answer."""
+
+    index: int
+    error: ErrorCode
+    message: str | None = None
+    info: AppendInfo | None = None
+    record_errors: tuple[Any, ...] = ()
+    topic: str | None = None
 
 
 def _refused_records(version: int, records: bytes) -> tuple[ErrorCode, str] | None:

@@ -18,6 +18,7 @@ from typing import Any
 from broker.forwarding import BROKER_PRINCIPAL
 from broker.kraft import MetadataService, NotController
 from broker.metadata.brokers import Heartbeat, HeartbeatAnswer, Registration, RegistrationAnswer
+from broker.metadata.elections import IsrChange
 from broker.metadata.records import BrokerEndpoint
 from broker.protocol import ApiKey, ErrorCode, MalformedInput, ResponseBody, build, response_module
 from broker.quorum import METADATA_TOPIC
@@ -41,6 +42,7 @@ CONTROLLER_APIS = frozenset(
         ApiKey.DESCRIBE_QUORUM,
         ApiKey.BROKER_REGISTRATION,
         ApiKey.BROKER_HEARTBEAT,
+        ApiKey.ALTER_PARTITION,
         ApiKey.DESCRIBE_CLUSTER,
         ApiKey.ENVELOPE,
     }
@@ -288,6 +290,60 @@ class Envelope:
         return response
 
 
+class AlterPartition:
+    """A partition leader asks the active controller to change its ISR (KIP-497, KIP-903)."""
+
+    def __init__(self, metadata: MetadataService) -> None:
+        self._metadata = metadata
+
+    async def __call__(self, context: RequestContext, request: Any) -> ResponseBody:
+        version = context.header.api_version
+        schema = response_module(ApiKey.ALTER_PARTITION, version)
+        changes = [
+            IsrChange(
+                topic.topic_id,
+                partition.partition_index,
+                partition.leader_epoch,
+                partition.partition_epoch,
+                tuple((m.broker_id, m.broker_epoch) for m in partition.new_isr_with_epochs)
+                if version >= 3
+                else tuple((m, -1) for m in partition.new_isr),
+            )
+            for topic in request.topics
+            for partition in topic.partitions
+        ]
+        try:
+            error, answers = await self._metadata.alter_isr(
+                request.broker_id, request.broker_epoch, changes
+            )
+        except NotController:
+            error, answers = ErrorCode.not_controller, []
+        by_topic: dict[Any, list[Any]] = {}
+        for change, answer in zip(changes, answers, strict=False):
+            by_topic.setdefault(change.topic_id, []).append(
+                build(
+                    schema.PartitionData,
+                    partition_index=change.partition,
+                    error_code=answer.error,
+                    leader_id=answer.leader,
+                    leader_epoch=answer.leader_epoch,
+                    isr=answer.isr,
+                    leader_recovery_state=0,
+                    partition_epoch=answer.partition_epoch,
+                )
+            )
+        response: ResponseBody = build(
+            schema.AlterPartitionResponse,
+            throttle_time=timedelta(0),
+            error_code=error,
+            topics=tuple(
+                build(schema.TopicData, topic_id=topic_id, partitions=tuple(partitions))
+                for topic_id, partitions in by_topic.items()
+            ),
+        )
+        return response
+
+
 def build_controller_dispatcher(
     metadata: MetadataService, cluster_id: str, client: Callable[[], Dispatcher | None]
 ) -> Dispatcher:
@@ -307,6 +363,7 @@ def build_controller_dispatcher(
     handlers[ApiKey.DESCRIBE_QUORUM] = DescribeQuorum(metadata)
     handlers[ApiKey.BROKER_REGISTRATION] = BrokerRegistration(metadata)
     handlers[ApiKey.BROKER_HEARTBEAT] = BrokerHeartbeat(metadata)
+    handlers[ApiKey.ALTER_PARTITION] = AlterPartition(metadata)
     handlers[ApiKey.DESCRIBE_CLUSTER] = DescribeControllers(metadata, cluster_id)
     handlers[ApiKey.ENVELOPE] = Envelope(client)
     dispatcher.register(handlers)

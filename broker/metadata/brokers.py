@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from broker.protocol.errors import ErrorCode
 
+from .elections import elect_returning, move_off
 from .image import MetadataImage
 from .records import (
     FENCE,
@@ -150,6 +151,11 @@ def register(
     records: list[MetadataRecord] = []
     if "metadata.version" not in image.features:
         records.append(FeatureLevelRecord("metadata.version", METADATA_VERSION))
+    previous = image.brokers.get(request.broker_id)
+    if previous is not None and not previous.fenced:
+        # A new process under a live registration's id (the old one died unnoticed): the old
+        # one's leaderships and ISR places go first, as if it had been fenced.
+        records.extend(move_off(image, {request.broker_id}))
     epoch = next_offset + len(records)
     records.append(
         RegisterBrokerRecord(
@@ -169,8 +175,9 @@ def heartbeat(
     image: MetadataImage, sessions: BrokerSessions, request: Heartbeat, *, now_ms: int
 ) -> tuple[list[MetadataRecord], HeartbeatAnswer]:
     """A broker's heartbeat keeps its session; it is unfenced once it has applied the log up
-    to its own registration, fenced when it asks, and told it may shut down once it asked to
-    (the leaderships it held are moved by the replication work that comes next)."""
+    to its own registration (and elected where it is the only in-sync replica left), fenced
+    when it asks, and told it may shut down once it asked to: its leaderships move to other
+    in-sync replicas and it leaves every ISR, committed before the answer goes out."""
     broker = image.brokers.get(request.broker_id)
     if broker is None or broker.epoch != request.broker_epoch:
         return [], HeartbeatAnswer(ErrorCode.stale_broker_epoch)
@@ -185,6 +192,7 @@ def heartbeat(
                     broker.broker_id, broker.epoch, fenced=FENCE, in_controlled_shutdown=1
                 )
             )
+            records.extend(move_off(image, {broker.broker_id}))
         return records, HeartbeatAnswer(
             is_caught_up=caught_up, is_fenced=True, should_shut_down=True
         )
@@ -192,17 +200,25 @@ def heartbeat(
     if request.want_fence:
         if not broker.fenced:
             records.append(FenceBrokerRecord(broker.broker_id, broker.epoch))
+            records.extend(move_off(image, {broker.broker_id}))
         fenced = True
     elif broker.fenced and caught_up and not broker.in_controlled_shutdown:
         records.append(UnfenceBrokerRecord(broker.broker_id, broker.epoch))
+        records.extend(elect_returning(image, broker.broker_id))
         fenced = False
     return records, HeartbeatAnswer(is_caught_up=caught_up, is_fenced=fenced)
 
 
 def fence(image: MetadataImage, broker_ids: list[int]) -> list[MetadataRecord]:
-    """Fence brokers whose sessions expired."""
-    return [
-        FenceBrokerRecord(broker_id, image.brokers[broker_id].epoch)
+    """Fence brokers whose sessions expired; their leaderships and ISR places go."""
+    fencing = [
+        broker_id
         for broker_id in broker_ids
         if broker_id in image.brokers and not image.brokers[broker_id].fenced
     ]
+    records: list[MetadataRecord] = [
+        FenceBrokerRecord(broker_id, image.brokers[broker_id].epoch) for broker_id in fencing
+    ]
+    if fencing:
+        records.extend(move_off(image, set(fencing)))
+    return records

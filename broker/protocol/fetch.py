@@ -48,6 +48,8 @@ _THROTTLE_ERROR_SESSION = struct.Struct(">ihi")
 _PARTITION_V4 = struct.Struct(">ihqq")  # index, error, high watermark, last stable offset
 _PARTITION_V5 = struct.Struct(">ihqqq")  # … and log start offset
 _LEADER = struct.Struct(">ii")  # leader id, leader epoch
+_EPOCH_END = struct.Struct(">iq")  # epoch, end offset
+_DIVERGING_EPOCH_TAG = 0  # in a partition
 _NO_TAGGED_FIELDS = b"\x00"
 _CURRENT_LEADER_TAG = 1  # in a partition
 _NODE_ENDPOINTS_TAG = 0  # in the response
@@ -82,6 +84,9 @@ class FetchPartition:
     """KIP-951 (v12+, tagged): the leader a NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH
     partition now has, so the client need not ask Metadata; -1 when not told."""
     current_leader_epoch: int = -1
+    diverging_epoch: tuple[int, int] | None = None
+    """To a follower (v12+, tagged): (epoch, end offset) where its log parted from the
+    leader's; None when it did not."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -195,12 +200,17 @@ def _partition_header(
 
 
 def _partition_tagged_fields(out: bytearray, partition: FetchPartition) -> None:
+    """The partition's tagged fields, in tag order: DivergingEpoch (0), CurrentLeader (1)."""
+    fields = []
+    if partition.diverging_epoch is not None:
+        fields.append((_DIVERGING_EPOCH_TAG, _EPOCH_END.pack(*partition.diverging_epoch)))
     leader = (partition.current_leader_id, partition.current_leader_epoch)
-    if leader == (-1, -1):
-        out += _NO_TAGGED_FIELDS
-        return
-    value = _LEADER.pack(*leader) + _NO_TAGGED_FIELDS
-    out += b"\x01" + write_uvarint(_CURRENT_LEADER_TAG) + write_uvarint(len(value)) + value
+    if leader != (-1, -1):
+        fields.append((_CURRENT_LEADER_TAG, _LEADER.pack(*leader)))
+    out += write_uvarint(len(fields))
+    for tag, packed in fields:
+        value = packed + _NO_TAGGED_FIELDS
+        out += write_uvarint(tag) + write_uvarint(len(value)) + value
 
 
 def _response_tagged_fields(out: bytearray, response: FetchResponse, api_version: int) -> None:

@@ -152,6 +152,7 @@ SUPPORTED: Mapping[ApiKey, VersionRange] = _table(
         ApiKey.FETCH_SNAPSHOT: (0, 1),
         ApiKey.BROKER_REGISTRATION: (0, 4),
         ApiKey.BROKER_HEARTBEAT: (0, 1),
+        ApiKey.ALTER_PARTITION: (2, 3),
         ApiKey.ENVELOPE: (0, 0),
     }
 )

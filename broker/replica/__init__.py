@@ -4,6 +4,7 @@ What it owns: which logs exist (following the metadata image), high watermarks, 
 fetches. What it must never do: decode requests or touch sockets (handlers do).
 """
 
+from .fetcher import FetcherSettings, ReplicaFetchers
 from .manager import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_PENDING_UPLOAD_TIMESTAMP,
@@ -27,7 +28,9 @@ __all__ = [
     "MAX_TIMESTAMP",
     "AppendResult",
     "FetchResult",
+    "FetcherSettings",
     "OffsetResult",
     "Partition",
+    "ReplicaFetchers",
     "ReplicaManager",
 ]

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from broker.metadata import (
@@ -108,14 +109,48 @@ _REFUSALS: tuple[type[Exception], ...] = (
 
 @dataclass(slots=True)
 class Partition:
+    """A partition this node holds a replica of, as leader or follower."""
+
     topic: str
     index: int
     log: Log
     state: PartitionState
+    node_id: int
+    stored_high_watermark: int = 0
+    """The high watermark as replication moved it (see `high_watermark`)."""
+    follower_ends: dict[int, int] = field(default_factory=dict)
+    """As leader: each follower's log end offset, as its latest fetch told (absent: unknown
+    since this node became leader)."""
+    caught_up_ms: dict[int, int] = field(default_factory=dict)
+    """As leader: when each follower last fetched from this log's end (steady clock)."""
+    leader_since_ms: int = 0
+    leader_start_offset: int = 0
+    """As leader: the log end when this node became leader (Kafka's leader epoch start
+    offset): a follower joins the ISR only once it has come that far."""
+    pending_isr: tuple[int, ...] | None = None
+    """An ISR this leader asked the controller for and has not seen committed yet."""
+
+    @property
+    def maximal_isr(self) -> tuple[int, ...]:
+        """The ISR, with the members a pending expansion adds: the high watermark waits for
+        them too, so that a record below it is on every replica that may become leader."""
+        if self.pending_isr is None:
+            return self.state.isr
+        return self.state.isr + tuple(r for r in self.pending_isr if r not in self.state.isr)
+
+    @property
+    def is_leader(self) -> bool:
+        return self.state.leader == self.node_id
 
     @property
     def high_watermark(self) -> int:
-        return self.log.log_end_offset
+        """The offset below which every in-sync replica has the records: what consumers may
+        read. A leader alone in its ISR has it at its log end; otherwise replication moves it
+        (`ReplicaManager.follower_fetched` on the leader, the leader's answer on a follower),
+        never past this replica's log end."""
+        if self.is_leader and self.state.isr == (self.node_id,):
+            return self.log.log_end_offset
+        return min(self.stored_high_watermark, self.log.log_end_offset)
 
     @property
     def leader_epoch(self) -> int:
@@ -141,6 +176,9 @@ class FetchResult:
     high_watermark: int = -1
     log_start_offset: int = -1
     records: FileSlice | None = None
+    diverging_epoch: tuple[int, int] | None = None
+    """To a follower whose log parted from the leader's: (the epoch, its end offset here) up to
+    which the follower's log may be kept (KIP-595's divergence check, as in Kafka 2.7+)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +197,8 @@ class ReplicaManager:
         image: MetadataImage,
         log_config: Callable[[str], LogConfig],
         clock: Callable[[], int],
+        *,
+        steady_ms: Callable[[], int] = lambda: time.monotonic_ns() // 1_000_000,
     ) -> None:
         self.node_id = node_id
         self.logs = logs
@@ -171,7 +211,22 @@ class ReplicaManager:
         """Partitions with an append on threads under way, set when it is done."""
         self._finishing: set[TopicPartition] = set()
         """Partitions whose cancelled append's write is still to be taken in."""
+        self._replicated: dict[TopicPartition, list[tuple[int, asyncio.Future[ErrorCode]]]] = {}
+        """acks=all produces waiting for the high watermark to pass their batch's end."""
         self.on_append: AppendObserver | None = None
+        self.on_role_change: Callable[[], None] | None = None
+        """Told when this node starts or stops following some partition's leader (the replica
+        fetchers then follow the new set)."""
+        self.on_isr_change: Callable[[Partition, tuple[int, ...]], None] | None = None
+        """Sends a led partition's wanted ISR to the active controller (AlterPartition); the
+        answer comes back as a metadata change, or as `isr_change_failed`."""
+        self.replica_lag_time_max_ms = 30_000
+        """`replica.lag.time.max.ms`: an in-sync follower that has not fetched up to the log
+        end for this long leaves the ISR."""
+        self._steady = steady_ms
+
+    def now_ms(self) -> int:
+        return self._clock()
 
     # -- following the metadata -------------------------------------------------------------
 
@@ -183,6 +238,8 @@ class ReplicaManager:
                 self.partitions.pop((change.topic.name, index), None)
                 self._delete_log((change.topic.name, index))
                 self._wake((change.topic.name, index))
+                self._not_leader_any_more((change.topic.name, index))
+            self._roles_changed()
         elif isinstance(change, ConfigChanged):
             self._reconfigure(change)
 
@@ -192,10 +249,20 @@ class ReplicaManager:
             if key in self.partitions:
                 del self.partitions[key]
                 self._delete_log(key)
+                self._not_leader_any_more(key)
+                self._roles_changed()
             return
         existing = self.partitions.get(key)
         if existing is not None:
+            old, high_watermark = existing.state, existing.high_watermark
             existing.state = change.state
+            existing.pending_isr = None  # answered: the partition changed
+            if old.leader != change.state.leader or old.leader_epoch != change.state.leader_epoch:
+                # What this replica knew to be committed stays so, whatever its new role.
+                existing.stored_high_watermark = high_watermark
+                self._new_leader(existing)
+            elif existing.is_leader:
+                self._advance_high_watermark(existing)  # the ISR may have changed
             return
         if key in self.logs.offline:
             return  # it could not be loaded: it answers KAFKA_STORAGE_ERROR (see `get`)
@@ -207,7 +274,43 @@ class ReplicaManager:
             log.error("cannot create the log of %s-%d, it is offline: %s", *key, exc)
             self.logs.offline[key] = f"cannot create its log: {type(exc).__name__}: {exc}"
             return
-        self.partitions[key] = Partition(key[0], key[1], log_, change.state)
+        partition = Partition(key[0], key[1], log_, change.state, self.node_id)
+        partition.leader_since_ms = self._steady()
+        partition.leader_start_offset = log_.log_end_offset
+        # Until replication says more, a replica knows its records up to its recovery point are
+        # committed only if it leads alone; otherwise the high watermark starts at the log
+        # start and moves with the leader's.
+        partition.stored_high_watermark = log_.log_start_offset
+        self.partitions[key] = partition
+        if not partition.is_leader:
+            self._roles_changed()
+
+    def _new_leader(self, partition: Partition) -> None:
+        """The partition's leader or leader epoch changed. A new leader starts with no
+        knowledge of its followers and the high watermark it had (as Kafka's does); a replica
+        that stopped leading fails its acks=all waiters."""
+        key = (partition.topic, partition.index)
+        partition.follower_ends = {}
+        partition.caught_up_ms = {}
+        partition.pending_isr = None
+        if partition.is_leader:
+            partition.leader_since_ms = self._steady()
+            partition.leader_start_offset = partition.log.log_end_offset
+            self._advance_high_watermark(partition)
+        else:
+            self._not_leader_any_more(key)
+        self._wake(key)
+        self._roles_changed()
+
+    def _roles_changed(self) -> None:
+        if self.on_role_change is not None:
+            self.on_role_change()
+
+    def followed(self) -> dict[TopicPartition, Partition]:
+        """The partitions this node follows a live leader of (for the replica fetchers)."""
+        return {
+            key: p for key, p in self.partitions.items() if not p.is_leader and p.state.leader >= 0
+        }
 
     def _delete_log(self, key: TopicPartition) -> None:
         """Delete a partition's log; a disk that refuses leaves it as a stray, which the next
@@ -247,6 +350,14 @@ class ReplicaManager:
         if (topic, index) in self.logs.offline:
             return ErrorCode.kafka_storage_error
         return ErrorCode.not_leader_or_follower
+
+    def get_leader(self, topic: str, index: int) -> Partition | ErrorCode:
+        """The partition if this node leads it (produce, consumer fetches, offsets): a follower
+        answers NOT_LEADER_OR_FOLLOWER, as in Kafka, and the client asks where the leader is."""
+        found = self.get(topic, index)
+        if isinstance(found, Partition) and not found.is_leader:
+            return ErrorCode.not_leader_or_follower
+        return found
 
     # -- produce ----------------------------------------------------------------------------
 
@@ -357,7 +468,7 @@ class ReplicaManager:
             done.set()
 
     def _appendable(self, topic: str, index: int, acks: int) -> Partition | AppendResult:
-        found = self.get(topic, index)
+        found = self.get_leader(topic, index)
         if isinstance(found, ErrorCode):
             return AppendResult(found)
         partition = found
@@ -427,6 +538,10 @@ class ReplicaManager:
         for key in self.logs.fail_dir_of(topic, index, f"{type(exc).__name__}: {exc}"):
             self.partitions.pop(key, None)
             self._wake(key)
+            for _, future in self._replicated.pop(key, ()):
+                if not future.done():
+                    future.set_result(ErrorCode.kafka_storage_error)
+        self._roles_changed()
 
     def _topic_setting(self, topic: str, name: str, default: str) -> str:
         return self.image.topic_config(topic).get(name, default)
@@ -443,7 +558,7 @@ class ReplicaManager:
         min_one_batch: bool,
         current_leader_epoch: int = -1,
     ) -> FetchResult:
-        found = self.get(topic, index)
+        found = self.get_leader(topic, index)
         if isinstance(found, ErrorCode):
             return FetchResult(found)
         partition = found
@@ -460,6 +575,214 @@ class ReplicaManager:
         except OffsetOutOfRange:
             result.error = ErrorCode.offset_out_of_range
         return result
+
+    def read_for_follower(
+        self,
+        topic: str,
+        index: int,
+        replica_id: int,
+        offset: int,
+        max_bytes: int,
+        *,
+        min_one_batch: bool,
+        current_leader_epoch: int,
+        last_fetched_epoch: int,
+    ) -> FetchResult:
+        """A follower's fetch, on the leader: records up to the log end (not the high
+        watermark), after checking that the follower's log has not parted from this one's; the
+        fetch offset is the follower's log end, which may move the high watermark."""
+        found = self.get_leader(topic, index)
+        if isinstance(found, ErrorCode):
+            return FetchResult(found)
+        partition = found
+        if replica_id not in partition.state.replicas:
+            return FetchResult(ErrorCode.not_leader_or_follower)
+        stale = _epoch_error(partition, current_leader_epoch)
+        if stale is not None:
+            return FetchResult(stale)
+        log_ = partition.log
+        result = FetchResult(ErrorCode.none, -1, log_.log_start_offset)
+        if last_fetched_epoch >= 0:
+            # Kafka's divergence check: where the follower's last epoch ends here.
+            epoch, end = log_.end_offset_for_epoch(last_fetched_epoch)
+            if end < offset or epoch < last_fetched_epoch:
+                result.high_watermark = partition.high_watermark
+                result.diverging_epoch = (epoch, end)
+                return result
+        if offset > log_.log_end_offset or offset < log_.log_start_offset:
+            result.error = ErrorCode.offset_out_of_range
+            result.high_watermark = partition.high_watermark
+            return result
+        self.follower_fetched(partition, replica_id, offset)
+        result.high_watermark = partition.high_watermark
+        try:
+            result.records = log_.read(offset, max_bytes, min_one_batch=min_one_batch)
+        except OffsetOutOfRange:
+            result.error = ErrorCode.offset_out_of_range
+        return result
+
+    def follower_fetched(self, partition: Partition, replica_id: int, offset: int) -> None:
+        """A follower fetched from `offset`: it has everything before it."""
+        if replica_id == self.node_id:
+            return
+        partition.follower_ends[replica_id] = offset
+        if offset >= partition.log.log_end_offset:
+            partition.caught_up_ms[replica_id] = self._steady()
+        if (
+            replica_id not in partition.state.isr
+            and partition.pending_isr is None
+            and offset >= partition.high_watermark
+            and offset >= partition.leader_start_offset
+            and self._isr_eligible(replica_id)
+        ):
+            # Caught up (Kafka's isFollowerInSync): it joins the ISR.
+            wanted = tuple(
+                r for r in partition.state.replicas if r in partition.state.isr or r == replica_id
+            )
+            self._ask_isr(partition, wanted)
+        self._advance_high_watermark(partition)
+
+    def _isr_eligible(self, replica_id: int) -> bool:
+        """Kafka's isReplicaIsrEligible: a fenced broker, or one shutting down, does not
+        join an ISR (the controller would refuse it: INELIGIBLE_REPLICA)."""
+        broker = self.image.brokers.get(replica_id)
+        return broker is None or not (broker.fenced or broker.in_controlled_shutdown)
+
+    def check_isr(self) -> None:
+        """Every led partition: in-sync followers that have not fetched up to the log end for
+        `replica.lag.time.max.ms` (stopped, slow, or partitioned away) leave the ISR, so the
+        high watermark and acks=all go on without them."""
+        now = self._steady()
+        for partition in list(self.partitions.values()):
+            if not partition.is_leader or partition.pending_isr is not None:
+                continue
+            if len(partition.state.isr) <= 1:
+                continue
+            lagging = {
+                r
+                for r in partition.state.isr
+                if r != self.node_id
+                and now - partition.caught_up_ms.get(r, partition.leader_since_ms)
+                > self.replica_lag_time_max_ms
+            }
+            if lagging:
+                log.info(
+                    "%s-%d: replicas %s have not caught up for %d ms; shrinking the ISR",
+                    partition.topic,
+                    partition.index,
+                    sorted(lagging),
+                    self.replica_lag_time_max_ms,
+                )
+                self._ask_isr(partition, tuple(r for r in partition.state.isr if r not in lagging))
+
+    def _ask_isr(self, partition: Partition, wanted: tuple[int, ...]) -> None:
+        if self.on_isr_change is None or wanted == partition.state.isr:
+            return
+        partition.pending_isr = wanted
+        self.on_isr_change(partition, wanted)
+
+    def isr_change_failed(self, partition: Partition) -> None:
+        """The controller refused or did not answer: the next fetch or check asks again."""
+        partition.pending_isr = None
+
+    def _advance_high_watermark(self, partition: Partition) -> None:
+        """On the leader: the high watermark moves up to the least log end among the ISR
+        (never down), then acks=all produces and consumers waiting for it are told."""
+        if not partition.is_leader:
+            return
+        ends = [partition.log.log_end_offset]
+        for replica in partition.maximal_isr:
+            if replica != self.node_id:
+                ends.append(partition.follower_ends.get(replica, -1))
+        candidate = min(ends)
+        key = (partition.topic, partition.index)
+        if candidate > partition.stored_high_watermark:
+            partition.stored_high_watermark = candidate
+            self._wake(key)
+        waiting = self._replicated.get(key)
+        if waiting:
+            self._complete_replicated(partition, waiting)
+
+    def _complete_replicated(
+        self, partition: Partition, waiting: list[tuple[int, asyncio.Future[ErrorCode]]]
+    ) -> None:
+        high_watermark = partition.high_watermark
+        still = []
+        for end, future in waiting:
+            if future.done():
+                continue
+            if end <= high_watermark:
+                future.set_result(ErrorCode.none)
+            else:
+                still.append((end, future))
+        key = (partition.topic, partition.index)
+        if still:
+            self._replicated[key] = still
+        else:
+            self._replicated.pop(key, None)
+
+    def _not_leader_any_more(self, key: TopicPartition) -> None:
+        for _, future in self._replicated.pop(key, ()):
+            if not future.done():
+                future.set_result(ErrorCode.not_leader_or_follower)
+
+    async def wait_for_replication(
+        self, topic: str, index: int, end_offset: int, timeout: float
+    ) -> ErrorCode:
+        """acks=all: wait until every in-sync replica has the records before `end_offset`
+        (the high watermark passed it). REQUEST_TIMED_OUT after `timeout` seconds (the
+        produce's own), NOT_LEADER_OR_FOLLOWER if this node stops leading meanwhile,
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR is then below min.insync.replicas."""
+        found = self.get_leader(topic, index)
+        if isinstance(found, ErrorCode):
+            return found
+        partition = found
+        if partition.high_watermark < end_offset:
+            future: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+            self._replicated.setdefault((topic, index), []).append((end_offset, future))
+            try:
+                error = await asyncio.wait_for(asyncio.shield(future), max(timeout, 0))
+            except TimeoutError:
+                self._forget_waiter((topic, index), future)
+                return ErrorCode.request_timed_out
+            except asyncio.CancelledError:
+                self._forget_waiter((topic, index), future)
+                raise
+            if error != ErrorCode.none:
+                return error
+        min_isr = int(self._topic_setting(topic, "min.insync.replicas", "1"))
+        if len(partition.state.isr) < min_isr:
+            return ErrorCode.not_enough_replicas_after_append
+        return ErrorCode.none
+
+    def _forget_waiter(self, key: TopicPartition, future: asyncio.Future[ErrorCode]) -> None:
+        future.cancel()
+        waiting = self._replicated.get(key)
+        if waiting is not None:
+            waiting[:] = [(end, f) for end, f in waiting if f is not future]
+            if not waiting:
+                del self._replicated[key]
+
+    # -- as a follower ----------------------------------------------------------------------
+
+    def append_from_leader(
+        self, partition: Partition, records: bytes, leader_high_watermark: int
+    ) -> AppendResult:
+        """A follower appends what its leader sent (offsets and epochs as the leader wrote
+        them) and takes the leader's high watermark, up to its own log end."""
+        key = (partition.topic, partition.index)
+        if records:
+            info = self._guarded(
+                partition.topic,
+                partition.index,
+                lambda: partition.log.append_as_follower(records, now_ms=self._clock()),
+            )
+            if isinstance(info, AppendResult):
+                return info
+        if leader_high_watermark > partition.stored_high_watermark:
+            partition.stored_high_watermark = leader_high_watermark
+            self._wake(key)
+        return AppendResult(ErrorCode.none)
 
     async def wait_for_append(self, partitions: list[TopicPartition], timeout: float) -> None:
         """Return when any of `partitions` is appended to (or deleted), or after `timeout`."""
@@ -492,7 +815,7 @@ class ReplicaManager:
     def list_offset(
         self, topic: str, index: int, timestamp: int, current_leader_epoch: int = -1
     ) -> OffsetResult:
-        found = self.get(topic, index)
+        found = self.get_leader(topic, index)
         if isinstance(found, ErrorCode):
             return OffsetResult(found)
         partition = found
@@ -527,7 +850,7 @@ class ReplicaManager:
 
     def delete_records(self, topic: str, index: int, offset: int) -> tuple[ErrorCode, int]:
         """DeleteRecords: (error, new low watermark). Offset -1 means the high watermark."""
-        found = self.get(topic, index)
+        found = self.get_leader(topic, index)
         if isinstance(found, ErrorCode):
             return found, -1
         partition = found

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
@@ -364,20 +363,6 @@ def test_a_stopped_broker_is_let_go_at_once(tmp_path: Path) -> None:
         for node in nodes:
             if node.process.poll() is None:
                 node.kill()
-
-
-def test_replicated_topics_are_refused_until_partitions_replicate(
-    quorum: list[RunningNode],
-) -> None:
-    leader = wait_for_leader(list(quorum))
-    wait_for_brokers(quorum[leader.node - 1], {1, 2, 3})
-    admin = AdminClient({"bootstrap.servers": quorum[leader.node - 1].bootstrap})
-    future = admin.create_topics([NewTopic("replicated", 3, 3)], operation_timeout=10)
-    with pytest.raises(KafkaException) as refused:
-        future["replicated"].result(timeout=30)
-    error = refused.value.args[0]
-    assert error.code() == KafkaError.INVALID_REPLICATION_FACTOR
-    assert "replication factor 1" in error.str()
 
 
 def test_a_single_node_killed_registers_again_at_once(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ process with the same node id is refused while the first one lives."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 
 from broker.metadata.brokers import (
     METADATA_VERSION,
@@ -45,7 +46,7 @@ class Cluster:
         self.sessions = BrokerSessions(SESSION_MS)
         self.next_offset = 0
 
-    def commit(self, records: list[MetadataRecord]) -> None:
+    def commit(self, records: Sequence[MetadataRecord]) -> None:
         for record in records:
             self.image.apply(decode_record(encode_record(record)), self.next_offset)
             self.next_offset += 1

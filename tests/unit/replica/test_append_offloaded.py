@@ -30,7 +30,7 @@ def replicas(tmp_path: Path) -> Iterator[ReplicaManager]:
     logs.startup(now_ms=0)
     manager = ReplicaManager(1, logs, MetadataImage(), lambda _: CONFIG, lambda: 1_000)
     log = logs.create_log("t", 0, now_ms=0)
-    manager.partitions[("t", 0)] = Partition("t", 0, log, PartitionState((1,), (1,), 1, 0, 0))
+    manager.partitions[("t", 0)] = Partition("t", 0, log, PartitionState((1,), (1,), 1, 0, 0), 1)
     yield manager
     logs.shutdown(now_ms=2_000)
 

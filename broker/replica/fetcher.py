@@ -1,0 +1,333 @@
+"""Replica fetchers: how a follower copies its leaders' logs (Kafka's ReplicaFetcherThread).
+
+One fetcher per leader this node follows partitions of, each a task with one connection to that
+leader's inter-broker listener, sending Fetch requests with this node's replica id for all its
+partitions at once: from each partition's log end, with the epoch of its last batch (so that
+the leader can say where a log that parted from its own must be cut: DivergingEpoch). What
+comes back is appended as it is (offsets and epochs the leader gave it), and the leader's high
+watermark taken up to the follower's log end.
+
+A partition whose leader refuses (it moved, or its epoch is not the one this node knows) waits
+`replica.fetch.backoff.ms` and for the metadata to catch up; a leader that cannot be reached
+is retried after the same backoff. Which fetcher follows which partitions changes with the
+metadata (`update`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.metadata import MetadataImage
+from broker.peer import PeerConnection, PeerUnavailable
+from broker.protocol import ApiKey, ErrorCode, build, request_type
+from broker.protocol.messages import request_module
+from broker.storage.epochs import UNDEFINED_EPOCH
+
+from .manager import Partition, ReplicaManager, TopicPartition
+
+__all__ = ["FetcherSettings", "ReplicaFetchers"]
+
+log = logging.getLogger(__name__)
+
+FETCH_VERSION = 17
+_RETRIABLE = (
+    ErrorCode.not_leader_or_follower,
+    ErrorCode.fenced_leader_epoch,
+    ErrorCode.unknown_leader_epoch,
+    ErrorCode.unknown_topic_or_partition,
+    ErrorCode.unknown_topic_id,
+    ErrorCode.kafka_storage_error,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class FetcherSettings:
+    """Kafka's `replica.fetch.*` settings, with its defaults."""
+
+    node_id: int
+    cluster_id: str
+    listener: str
+    """The leader's listener fetched from (`inter.broker.listener.name`)."""
+    wait_max_ms: int = 500
+    min_bytes: int = 1
+    max_bytes: int = 1_048_576
+    """Per partition (`replica.fetch.max.bytes`)."""
+    response_max_bytes: int = 10_485_760
+    backoff_ms: int = 1000
+    request_timeout_ms: int = 30_000
+
+
+@dataclass(slots=True)
+class _Fetcher:
+    leader: int
+    partitions: set[TopicPartition] = field(default_factory=set)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    held_until: dict[TopicPartition, float] = field(default_factory=dict)
+    """Partitions a refusal holds back until then (monotonic seconds)."""
+
+
+class ReplicaFetchers:
+    def __init__(
+        self,
+        settings: FetcherSettings,
+        replicas: ReplicaManager,
+        image: Any,
+    ) -> None:
+        """`image`: a callable giving the current metadata image (brokers' endpoints, topic
+        ids)."""
+        self._settings = settings
+        self._replicas = replicas
+        self._image = image
+        self._fetchers: dict[int, _Fetcher] = {}
+        self._closed = False
+
+    def update(self) -> None:
+        """Follow what the replica manager says this node follows now: a fetcher per leader,
+        started or stopped as leaders come and go."""
+        if self._closed:
+            return
+        wanted: dict[int, set[TopicPartition]] = {}
+        for key, partition in self._replicas.followed().items():
+            wanted.setdefault(partition.state.leader, set()).add(key)
+        for leader, fetcher in list(self._fetchers.items()):
+            if leader not in wanted:
+                del self._fetchers[leader]
+                if fetcher.task is not None:
+                    fetcher.task.cancel()
+        for leader, keys in wanted.items():
+            following = self._fetchers.get(leader)
+            if following is None:
+                following = self._fetchers[leader] = _Fetcher(leader)
+                following.task = asyncio.get_running_loop().create_task(
+                    self._run(following), name=f"replica-fetcher-{leader}"
+                )
+            if following.partitions != keys:
+                following.partitions = keys
+                following.changed.set()
+
+    async def close(self) -> None:
+        self._closed = True
+        tasks = [f.task for f in self._fetchers.values() if f.task is not None]
+        self._fetchers.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- one leader ---------------------------------------------------------------------------
+
+    async def _run(self, fetcher: _Fetcher) -> None:
+        settings = self._settings
+        peer: PeerConnection | None = None
+        try:
+            while True:
+                address = self._address(fetcher.leader)
+                if address is None:
+                    log.warning(
+                        "broker %d has no %s endpoint to fetch from; retrying",
+                        fetcher.leader,
+                        settings.listener,
+                    )
+                    await self._pause(fetcher)
+                    continue
+                if peer is None or (peer.host, peer.port) != address:
+                    if peer is not None:
+                        await peer.close()
+                    peer = PeerConnection(
+                        fetcher.leader,
+                        *address,
+                        client_id=f"replica-fetcher-{settings.node_id}-{fetcher.leader}",
+                    )
+                fetcher.changed.clear()
+                request = self._request(fetcher)
+                if request is None:
+                    # Nothing to ask now: wait for a held partition's backoff, or for a change.
+                    await self._pause(fetcher, until_changed=not fetcher.held_until)
+                    continue
+                body, sent = request
+                try:
+                    response = await peer.request(
+                        ApiKey.FETCH,
+                        FETCH_VERSION,
+                        body,
+                        timeout_s=settings.request_timeout_ms / 1000,
+                    )
+                except (PeerUnavailable, TimeoutError) as exc:
+                    log.info("cannot fetch from broker %d: %s; retrying", fetcher.leader, exc)
+                    await self._pause(fetcher)
+                    continue
+                self._take(fetcher, sent, response)
+        finally:
+            if peer is not None:
+                with contextlib.suppress(Exception):
+                    await peer.close()
+
+    async def _pause(self, fetcher: _Fetcher, *, until_changed: bool = False) -> None:
+        timeout = None if until_changed else self._settings.backoff_ms / 1000
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(fetcher.changed.wait(), timeout)
+
+    def _address(self, leader: int) -> tuple[str, int] | None:
+        image: MetadataImage = self._image()
+        broker = image.brokers.get(leader)
+        if broker is None:
+            return None
+        return broker.endpoints.get(self._settings.listener)
+
+    def _request(self, fetcher: _Fetcher) -> tuple[Any, dict[tuple[Any, int], Partition]] | None:
+        """The Fetch for every partition of this leader not held back, and what each entry
+        was asked for; None when there is none to ask."""
+        settings = self._settings
+        image: MetadataImage = self._image()
+        schema = request_module(ApiKey.FETCH, FETCH_VERSION)
+        now = time.monotonic()
+        by_topic: dict[Any, list[Any]] = {}
+        sent: dict[tuple[Any, int], Partition] = {}
+        for key in sorted(fetcher.partitions):
+            if fetcher.held_until.get(key, 0.0) > now:
+                continue
+            fetcher.held_until.pop(key, None)
+            found = self._replicas.partitions.get(key)
+            topic = image.topics.get(key[0])
+            if found is None or topic is None or found.is_leader:
+                continue
+            log_ = found.log
+            by_topic.setdefault(topic.topic_id, []).append(
+                build(
+                    schema.FetchPartition,
+                    partition=key[1],
+                    current_leader_epoch=found.leader_epoch,
+                    fetch_offset=log_.log_end_offset,
+                    last_fetched_epoch=log_.epochs.latest_epoch,
+                    log_start_offset=log_.log_start_offset,
+                    partition_max_bytes=settings.max_bytes,
+                    replica_directory_id=None,
+                )
+            )
+            sent[(topic.topic_id, key[1])] = found
+        if not sent:
+            return None
+        body = build(
+            request_type(ApiKey.FETCH, FETCH_VERSION),
+            cluster_id=settings.cluster_id,
+            replica_state=build(schema.ReplicaState, replica_id=settings.node_id, replica_epoch=-1),
+            max_wait=datetime.timedelta(milliseconds=settings.wait_max_ms),
+            min_bytes=settings.min_bytes,
+            max_bytes=settings.response_max_bytes,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=tuple(
+                build(schema.FetchTopic, topic_id=topic_id, partitions=tuple(partitions))
+                for topic_id, partitions in by_topic.items()
+            ),
+            forgotten_topics_data=(),
+            rack_id="",
+        )
+        return body, sent
+
+    def _take(
+        self, fetcher: _Fetcher, sent: dict[tuple[Any, int], Partition], response: Any
+    ) -> None:
+        if response.error_code != ErrorCode.none:
+            log.warning(
+                "broker %d refused a replica fetch: %s",
+                fetcher.leader,
+                ErrorCode(response.error_code).name,
+            )
+            for asked in sent.values():
+                self._hold(fetcher, asked)
+            return
+        for topic in response.responses:
+            for answer in topic.partitions:
+                partition = sent.get((topic.topic_id, answer.partition_index))
+                if partition is None:
+                    continue
+                key = (partition.topic, partition.index)
+                if self._replicas.partitions.get(key) is not partition:
+                    continue  # deleted, or failed with its disk, while the fetch was out
+                if partition.is_leader or partition.state.leader != fetcher.leader:
+                    continue
+                self._take_partition(fetcher, partition, answer)
+
+    def _take_partition(self, fetcher: _Fetcher, partition: Partition, answer: Any) -> None:
+        error = ErrorCode(answer.error_code)
+        log_ = partition.log
+        if error == ErrorCode.offset_out_of_range:
+            self._out_of_range(partition, answer)
+            return
+        if error != ErrorCode.none:
+            if error not in _RETRIABLE:
+                log.warning(
+                    "fetching %s-%d from broker %d: %s",
+                    partition.topic,
+                    partition.index,
+                    fetcher.leader,
+                    error.name,
+                )
+            self._hold(fetcher, partition)
+            return
+        diverging = getattr(answer, "diverging_epoch", None)
+        if diverging is not None and diverging.epoch >= 0 and diverging.end_offset >= 0:
+            self._truncate_diverged(partition, diverging.epoch, diverging.end_offset)
+            return
+        result = self._replicas.append_from_leader(
+            partition, bytes(answer.records or b""), answer.high_watermark
+        )
+        if result.error != ErrorCode.none:
+            log.error(
+                "cannot append %s-%d as a follower at offset %d: %s %s",
+                partition.topic,
+                partition.index,
+                log_.log_end_offset,
+                result.error.name,
+                result.message or "",
+            )
+            self._hold(fetcher, partition)
+
+    def _truncate_diverged(self, partition: Partition, epoch: int, end_offset: int) -> None:
+        """Kafka's truncation on a DivergingEpoch: to where this log's record of `epoch`
+        ends, or the leader's, whichever is first; without such an epoch here, to the high
+        watermark. The next fetch says the epoch it ends with now, and the leader checks
+        again."""
+        log_ = partition.log
+        own_epoch, own_end = log_.end_offset_for_epoch(epoch)
+        if own_epoch == UNDEFINED_EPOCH:
+            target = min(partition.high_watermark, end_offset)
+        else:
+            target = min(own_end, end_offset)
+        log.info(
+            "%s-%d parted from its leader's log in epoch %d: truncating from %d to %d",
+            partition.topic,
+            partition.index,
+            epoch,
+            log_.log_end_offset,
+            target,
+        )
+        log_.truncate_to(target)
+
+    def _out_of_range(self, partition: Partition, answer: Any) -> None:
+        """This log ends outside the leader's: before its start (the leader deleted what this
+        follower still needs), so start over at the leader's log start; or past its end, so
+        cut back to the leader's high watermark (it has at least that)."""
+        log_ = partition.log
+        if log_.log_end_offset < answer.log_start_offset:
+            log.info(
+                "%s-%d is behind its leader's log start %d: starting over there",
+                partition.topic,
+                partition.index,
+                answer.log_start_offset,
+            )
+            log_.truncate_fully_and_start_at(answer.log_start_offset, self._replicas.now_ms())
+        elif 0 <= answer.high_watermark < log_.log_end_offset:
+            log_.truncate_to(answer.high_watermark)
+
+    def _hold(self, fetcher: _Fetcher, partition: Partition) -> None:
+        key = (partition.topic, partition.index)
+        fetcher.held_until[key] = time.monotonic() + self._settings.backoff_ms / 1000

@@ -1,0 +1,358 @@
+"""Partition replication on three combined nodes (broker and controller each): followers copy
+their leaders' logs with replica fetches, acks=all is answered once every in-sync replica has
+the batch, only a partition's leader takes produce and consumer fetches, and a follower that
+was down catches up from where its log ends.
+
+Driven by confluent-kafka with `acks=all` and idempotence, as the issue's scenarios are. A leader
+that is stopped or killed hands its partitions to the next in-sync replica; a follower that
+stops fetching leaves the ISR and returns once it has caught up.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from broker.protocol import ApiKey, ErrorCode, request_type
+from broker.protocol.records import Record, build_batch
+from tests.integration.clients import QUIET
+from tests.support.nodes import RunningNode, start_quorum, wait_listening
+from tests.support.requests import fill
+from tests.support.wire import call, now_ms, produce_values
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+FAST = {
+    "controller.quorum.election.timeout.ms": "300",
+    "controller.quorum.fetch.timeout.ms": "600",
+    "controller.quorum.election.backoff.max.ms": "300",
+    "replica.fetch.backoff.ms": "200",
+}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[RunningNode]]:
+    nodes = start_quorum(tmp_path_factory.mktemp("replication"), 3, FAST)
+    try:
+        _wait_for_brokers(nodes[0], 3)
+        yield nodes
+    finally:
+        for node in nodes:
+            if node.process.poll() is None:
+                node.kill()
+
+
+def _bootstrap(nodes: list[RunningNode]) -> str:
+    return ",".join(node.bootstrap for node in nodes)
+
+
+def _wait_for_brokers(node: RunningNode, count: int, timeout: float = 30.0) -> None:
+    admin = AdminClient({"bootstrap.servers": node.bootstrap, **QUIET})
+    deadline = time.monotonic() + timeout
+    while len(admin.list_topics(timeout=10).brokers) < count:
+        assert time.monotonic() < deadline, "the brokers did not all register"
+        time.sleep(0.2)
+
+
+def _create(nodes: list[RunningNode], name: str, partitions: int, configs: dict[str, str]) -> None:
+    admin = AdminClient({"bootstrap.servers": _bootstrap(nodes), **QUIET})
+    future = admin.create_topics(
+        [NewTopic(name, partitions, 3, config=configs)], operation_timeout=10
+    )[name]
+    future.result(timeout=30)
+    # Every node has applied it (its partitions, with their leaders) before clients use it.
+    deadline = time.monotonic() + 15
+    for node in nodes:
+        node_admin = AdminClient({"bootstrap.servers": node.bootstrap, **QUIET})
+        while True:
+            topic = node_admin.list_topics(name, timeout=10).topics.get(name)
+            if topic is not None and topic.error is None and len(topic.partitions) == partitions:
+                break
+            assert time.monotonic() < deadline, f"{name} did not reach {node.bootstrap}"
+            time.sleep(0.1)
+
+
+def _leaders(nodes: list[RunningNode], topic: str, timeout: float = 15.0) -> dict[int, int]:
+    """Each partition's leader, as the cluster's metadata has it once every partition has
+    one."""
+    admin = AdminClient({"bootstrap.servers": _bootstrap(nodes), **QUIET})
+    deadline = time.monotonic() + timeout
+    while True:
+        described = admin.list_topics(topic, timeout=10).topics[topic]
+        found = {index: p.leader for index, p in described.partitions.items()}
+        if found and all(leader >= 0 for leader in found.values()):
+            return found
+        assert time.monotonic() < deadline, f"{topic}: {described.error}, leaders {found}"
+        time.sleep(0.2)
+
+
+def _produce(nodes: list[RunningNode], topic: str, count: int, *, acks: str = "all") -> None:
+    producer = Producer(
+        {
+            "bootstrap.servers": _bootstrap(nodes),
+            "acks": acks,
+            "enable.idempotence": acks == "all",
+            "linger.ms": 5,
+            **QUIET,
+        }
+    )
+    failures: list[Any] = []
+
+    def delivered(error: Any, _message: Any) -> None:
+        if error is not None:
+            failures.append(error)
+
+    for i in range(count):
+        producer.produce(topic, key=b"k%d" % (i % 7), value=b"v%d" % i, on_delivery=delivered)
+        if i % 1000 == 999:
+            producer.poll(0)
+    assert producer.flush(60) == 0
+    assert failures == []
+
+
+def _read(nodes: list[RunningNode], topic: str, partitions: int, count: int) -> list[bytes]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": _bootstrap(nodes),
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            **QUIET,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(got) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                got.append(message.value() or b"")
+        # Nothing beyond: a short further poll finds no more records.
+        extra = consumer.consume(100, timeout=1.0)
+        got.extend(m.value() or b"" for m in extra if m.error() is None)
+        return got
+    finally:
+        consumer.close()
+
+
+def _segments(node: RunningNode, topic: str, partition: int) -> bytes:
+    """A replica's log as it is on disk: its segment files, in order, concatenated."""
+    directory = Path(str(node.config.parent)) / "logs" / f"{topic}-{partition}"
+    return b"".join(path.read_bytes() for path in sorted(directory.glob("*.log")))
+
+
+def _wait_for_equal_logs(
+    nodes: list[RunningNode], topic: str, partitions: int, timeout: float = 30.0
+) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        copies = [[_segments(node, topic, p) for node in nodes] for p in range(partitions)]
+        if all(len(set(replicas)) == 1 and replicas[0] for replicas in copies):
+            return
+        if time.monotonic() > deadline:
+            sizes = [[len(c) for c in replicas] for replicas in copies]
+            raise AssertionError(f"the replicas' logs differ (bytes per partition): {sizes}")
+        time.sleep(0.2)
+
+
+def test_acks_all_writes_are_on_every_replica_and_read_back_once(
+    cluster: list[RunningNode],
+) -> None:
+    _create(cluster, "replicated", 4, {"min.insync.replicas": "2"})
+    assert set(_leaders(cluster, "replicated").values()) <= {1, 2, 3}
+
+    _produce(cluster, "replicated", 6000)
+
+    values = _read(cluster, "replicated", 4, 6000)
+    assert sorted(values) == sorted(b"v%d" % i for i in range(6000))
+    # Every replica holds the same bytes: followers copy the leader's batches as they are.
+    _wait_for_equal_logs(cluster, "replicated", 4)
+
+
+def test_a_follower_refuses_produce_and_consumer_fetches_and_names_the_leader(
+    cluster: list[RunningNode],
+) -> None:
+    _create(cluster, "led", 1, {})
+    leader = _leaders(cluster, "led")[0]
+    follower = next(node for i, node in enumerate(cluster, 1) if i != leader)
+    batch = build_batch([Record(0, now_ms(), b"k", b"x")])
+
+    body = fill(request_type(ApiKey.PRODUCE, 10), produce_values("led", batch))
+    answer = call(("localhost", follower.port), ApiKey.PRODUCE, 10, body)
+    partition = answer.responses[0].partition_responses[0]
+    assert partition.error_code == ErrorCode.not_leader_or_follower
+    assert partition.current_leader.leader_id == leader
+
+    fetch = fill(
+        request_type(ApiKey.FETCH, 12),
+        {
+            "replica_id": -1,
+            "max_wait": timedelta(0),
+            "min_bytes": 0,
+            "max_bytes": 1 << 20,
+            "isolation_level": 0,
+            "topics": [
+                {
+                    "topic": "led",
+                    "partitions": [
+                        {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+                    ],
+                }
+            ],
+        },
+    )
+    fetched = call(("localhost", follower.port), ApiKey.FETCH, 12, fetch)
+    assert fetched.responses[0].partitions[0].error_code == ErrorCode.not_leader_or_follower
+
+
+def test_a_follower_killed_and_restarted_catches_up_with_its_leader(
+    cluster: list[RunningNode],
+) -> None:
+    _create(cluster, "catch-up", 2, {})
+    _produce(cluster, "catch-up", 1000)
+    _wait_for_equal_logs(cluster, "catch-up", 2)
+    leaders = set(_leaders(cluster, "catch-up").values())
+    down = next(node for i, node in enumerate(cluster, 1) if i not in leaders)
+
+    down.kill()
+    _produce([n for n in cluster if n is not down], "catch-up", 2000, acks="1")
+    down.restart()
+    wait_listening(down, timeout=30)
+
+    _wait_for_equal_logs(cluster, "catch-up", 2)
+    values = _read(cluster, "catch-up", 2, 3000)
+    assert len(values) == 3000
+    # Whether or not its broker was fenced meanwhile, it is back in every ISR.
+    _wait_for_isrs(cluster, "catch-up", lambda isr: isr == {1, 2, 3}, "the follower rejoins")
+
+
+FAILOVER = FAST | {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
+
+
+def _produce_while(nodes: list[RunningNode], topic: str, count: int, during: Any) -> list[Any]:
+    """Produce `count` records (acks=all, idempotent), calling `during()` a third of the way
+    in; the delivery errors."""
+    producer = Producer(
+        {
+            "bootstrap.servers": _bootstrap(nodes),
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            **QUIET,
+        }
+    )
+    failures: list[Any] = []
+
+    def delivered(error: Any, _message: Any) -> None:
+        if error is not None:
+            failures.append(error)
+
+    for i in range(count):
+        producer.produce(topic, value=b"v%d" % i, on_delivery=delivered)
+        if i % 200 == 199:
+            producer.poll(0)
+            time.sleep(0.02)  # a steady stream, so the stop lands in the middle of it
+        if i == count // 3:
+            producer.flush(30)
+            during()
+    assert producer.flush(90) == 0
+    return failures
+
+
+@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+def test_a_leader_stopped_mid_produce_loses_no_acknowledged_record(
+    tmp_path: Path, how: str
+) -> None:
+    """SIGTERM: a controlled shutdown moves the node's leaderships first, and producers see
+    no error. SIGKILL: the node's session runs out, it is fenced and the next in-sync replica
+    leads; every record the producer was told is written is read back exactly once."""
+    nodes = start_quorum(tmp_path, 3, FAILOVER)
+    try:
+        _wait_for_brokers(nodes[0], 3)
+        _create(nodes, "moving", 3, {"min.insync.replicas": "2"})
+        victim = nodes[_leaders(nodes, "moving")[0] - 1]
+        survivors = [node for node in nodes if node is not victim]
+
+        def stop() -> None:
+            if how == "sigterm":
+                assert victim.stop() == 0
+            else:
+                victim.kill()
+
+        failures = _produce_while(nodes, "moving", 6000, stop)
+
+        assert failures == []
+        values = _read(survivors, "moving", 3, 6000)
+        assert sorted(values) == sorted(b"v%d" % i for i in range(6000))
+        assert set(_leaders(survivors, "moving").values()) <= {
+            i for i, node in enumerate(nodes, 1) if node is not victim
+        }
+    finally:
+        for node in nodes:
+            if node.process.poll() is None:
+                node.kill()
+
+
+def _isrs(nodes: list[RunningNode], topic: str) -> dict[int, set[int]]:
+    admin = AdminClient({"bootstrap.servers": _bootstrap(nodes), **QUIET})
+    found = admin.list_topics(topic, timeout=10).topics[topic].partitions
+    return {index: set(partition.isrs) for index, partition in found.items()}
+
+
+def _wait_for_isrs(
+    nodes: list[RunningNode], topic: str, check: Any, what: str, timeout: float = 30.0
+) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        isrs = _isrs(nodes, topic)
+        if all(check(isr) for isr in isrs.values()):
+            return
+        assert time.monotonic() < deadline, f"{what}: ISRs are {isrs}"
+        time.sleep(0.2)
+
+
+def test_a_stopped_follower_leaves_the_isr_and_returns_once_it_catches_up(
+    tmp_path: Path,
+) -> None:
+    """SIGSTOP: the follower stops fetching but its broker keeps its registration for a while;
+    after `replica.lag.time.max.ms` its leader drops it from the ISR (AlterPartition), and
+    acks=all writes go on with `min.insync.replicas=2`. After SIGCONT it catches up and its
+    leader adds it back."""
+    nodes = start_quorum(
+        tmp_path,
+        3,
+        FAST | {"replica.lag.time.max.ms": "1500", "broker.session.timeout.ms": "60000"},
+    )
+    try:
+        _wait_for_brokers(nodes[0], 3)
+        _create(nodes, "lagging", 1, {"min.insync.replicas": "2"})
+        leader = _leaders(nodes, "lagging")[0]
+        admin = AdminClient({"bootstrap.servers": _bootstrap(nodes), **QUIET})
+        controller = admin.describe_cluster().result(timeout=10).controller.id
+        number = next(i for i in (1, 2, 3) if i not in (leader, controller))
+        stopped = nodes[number - 1]
+        _produce(nodes, "lagging", 500)
+
+        stopped.process.send_signal(signal.SIGSTOP)
+        try:
+            _produce(nodes, "lagging", 500)  # waits for the ISR to shrink, then goes on
+            # Every node learns of the smaller ISR a metadata fetch after its leader.
+            _wait_for_isrs(nodes, "lagging", lambda isr: number not in isr, "it leaves the ISR")
+        finally:
+            stopped.process.send_signal(signal.SIGCONT)
+
+        _wait_for_isrs(nodes, "lagging", lambda isr: isr == {1, 2, 3}, "the follower rejoins")
+        _wait_for_equal_logs(nodes, "lagging", 1)
+    finally:
+        for node in nodes:
+            if node.process.poll() is None:
+                node.kill()

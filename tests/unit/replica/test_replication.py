@@ -1,0 +1,217 @@
+"""The replica manager as a partition's leader and as its follower, on real logs: the high
+watermark moves with the ISR's slowest log end, acks=all waits for it, a follower's fetch
+that parted from the leader's log is told where, and only the leader takes produce and
+consumer reads. (Replica fetches over the network: tests/integration/test_replication.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from broker.metadata import MetadataImage, PartitionChanged, PartitionState
+from broker.metadata.image import TopicState
+from broker.protocol import ErrorCode
+from broker.replica import ReplicaManager
+from broker.storage import LogConfig, LogManager
+from tests.unit.storage.logs import batch
+
+CONFIG = LogConfig(segment_bytes=64 << 20, max_message_bytes=8 << 20)
+TOPIC = TopicState("t", uuid.UUID(int=7))
+
+
+def _manager(directory: Path, node_id: int) -> tuple[ReplicaManager, LogManager]:
+    directory.mkdir()
+    logs = LogManager([directory], CONFIG)
+    logs.startup(now_ms=0)
+    return ReplicaManager(node_id, logs, MetadataImage(), lambda _: CONFIG, lambda: 1_000), logs
+
+
+def _state(leader: int, epoch: int, isr: tuple[int, ...] = (1, 2, 3)) -> PartitionState:
+    return PartitionState((1, 2, 3), isr, leader, epoch, epoch)
+
+
+@pytest.fixture
+def leader(tmp_path: Path) -> Iterator[ReplicaManager]:
+    manager, logs = _manager(tmp_path / "leader", 1)
+    manager.apply(PartitionChanged(TOPIC, 0, _state(1, 0)))
+    yield manager
+    logs.shutdown(now_ms=2_000)
+
+
+@pytest.fixture
+def follower(tmp_path: Path) -> Iterator[ReplicaManager]:
+    manager, logs = _manager(tmp_path / "follower", 2)
+    manager.apply(PartitionChanged(TOPIC, 0, _state(1, 0)))
+    yield manager
+    logs.shutdown(now_ms=2_000)
+
+
+def _copy(leader: ReplicaManager, follower: ReplicaManager, replica_id: int = 2) -> None:
+    """One replica fetch, answered and taken in, as the fetcher does it."""
+    mine = follower.partitions[("t", 0)]
+    answer = leader.read_for_follower(
+        "t",
+        0,
+        replica_id,
+        mine.log.log_end_offset,
+        1 << 20,
+        min_one_batch=True,
+        current_leader_epoch=mine.leader_epoch,
+        last_fetched_epoch=mine.log.epochs.latest_epoch,
+    )
+    assert answer.error == ErrorCode.none
+    assert answer.diverging_epoch is None
+    records = b"" if answer.records is None else answer.records.read()
+    assert follower.append_from_leader(mine, records, answer.high_watermark).error == (
+        ErrorCode.none
+    )
+
+
+def test_the_high_watermark_is_the_slowest_in_sync_log_end(
+    leader: ReplicaManager, follower: ReplicaManager
+) -> None:
+    assert leader.append("t", 0, batch(3), acks=-1).error == ErrorCode.none
+    partition = leader.partitions[("t", 0)]
+    assert partition.log.log_end_offset == 3
+    assert partition.high_watermark == 0  # nobody else has it yet
+    # A consumer reads nothing past the high watermark.
+    assert leader.read("t", 0, 0, 1 << 20, min_one_batch=True).records is None
+
+    _copy(leader, follower)  # replica 2 fetched from 0: got the batch
+    _copy(leader, follower)  # ... and now says it has up to 3
+    assert partition.high_watermark == 0  # replica 3 has not fetched
+    leader.follower_fetched(partition, 3, 3)
+    assert partition.high_watermark == 3
+    # The follower learns it from the leader's next answer, never past its own log end.
+    _copy(leader, follower)
+    assert follower.partitions[("t", 0)].high_watermark == 3
+
+
+def test_acks_all_is_answered_when_the_isr_has_the_batch(leader: ReplicaManager) -> None:
+    partition = leader.partitions[("t", 0)]
+
+    async def scenario() -> tuple[ErrorCode, ErrorCode]:
+        info = leader.append("t", 0, batch(2), acks=-1).info
+        assert info is not None
+        waiting = asyncio.create_task(leader.wait_for_replication("t", 0, info.last_offset + 1, 5))
+        await asyncio.sleep(0.01)
+        assert not waiting.done()
+        leader.follower_fetched(partition, 2, 2)
+        await asyncio.sleep(0.01)
+        assert not waiting.done()  # replica 3 is in the ISR too
+        leader.follower_fetched(partition, 3, 2)
+        done = await asyncio.wait_for(waiting, 1)
+        timed_out = await leader.wait_for_replication("t", 0, 10, 0.05)
+        return done, timed_out
+
+    assert asyncio.run(scenario()) == (ErrorCode.none, ErrorCode.request_timed_out)
+
+
+def test_acks_all_waiters_learn_the_leader_moved(leader: ReplicaManager) -> None:
+    async def scenario() -> ErrorCode:
+        waiting = asyncio.create_task(leader.wait_for_replication("t", 0, 1, 5))
+        leader.append("t", 0, batch(1), acks=-1)
+        await asyncio.sleep(0.01)
+        leader.apply(PartitionChanged(TOPIC, 0, _state(2, 1)))
+        return await asyncio.wait_for(waiting, 1)
+
+    assert asyncio.run(scenario()) == ErrorCode.not_leader_or_follower
+
+
+def test_a_leader_alone_in_its_isr_commits_at_once(tmp_path: Path) -> None:
+    manager, logs = _manager(tmp_path / "alone", 1)
+    manager.apply(PartitionChanged(TOPIC, 0, _state(1, 0, isr=(1,))))
+    manager.append("t", 0, batch(4), acks=-1)
+    assert manager.partitions[("t", 0)].high_watermark == 4
+    logs.shutdown(now_ms=2_000)
+
+
+def test_only_the_leader_takes_produce_and_consumer_reads(follower: ReplicaManager) -> None:
+    assert follower.append("t", 0, batch(1), acks=1).error == ErrorCode.not_leader_or_follower
+    assert follower.read("t", 0, 0, 100, min_one_batch=True).error == (
+        ErrorCode.not_leader_or_follower
+    )
+    assert follower.list_offset("t", 0, -1).error == ErrorCode.not_leader_or_follower
+
+
+def test_a_replica_fetch_from_a_broker_that_is_no_replica_is_refused(
+    leader: ReplicaManager,
+) -> None:
+    answer = leader.read_for_follower(
+        "t", 0, 9, 0, 100, min_one_batch=True, current_leader_epoch=0, last_fetched_epoch=-1
+    )
+    assert answer.error == ErrorCode.not_leader_or_follower
+
+
+def test_a_follower_whose_log_parted_is_told_where(
+    leader: ReplicaManager, follower: ReplicaManager
+) -> None:
+    """The follower wrote offsets 2-4 in epoch 0 as a leader nobody copied from; the new
+    leader (epoch 1) kept only 0-1 of epoch 0 and wrote its own from 2."""
+    leader.append("t", 0, batch(2), acks=1)
+    _copy(leader, follower)
+    mine = follower.partitions[("t", 0)]
+    mine.log.append_as_leader(batch(3), leader_epoch=0, now_ms=1_000)  # the divergent tail
+    leader.apply(PartitionChanged(TOPIC, 0, _state(1, 1)))
+    follower.apply(PartitionChanged(TOPIC, 0, _state(1, 1)))
+    leader.append("t", 0, batch(5), acks=1)  # epoch 1 starts at offset 2
+
+    answer = leader.read_for_follower(
+        "t",
+        0,
+        2,
+        mine.log.log_end_offset,
+        1 << 20,
+        min_one_batch=True,
+        current_leader_epoch=1,
+        last_fetched_epoch=mine.log.epochs.latest_epoch,
+    )
+    assert answer.diverging_epoch == (0, 2)
+    assert answer.records is None
+
+
+def test_a_follower_that_stops_fetching_leaves_the_isr_and_rejoins_once_caught_up(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "isr"
+    directory.mkdir()
+    logs = LogManager([directory], CONFIG)
+    logs.startup(now_ms=0)
+    now = [0]
+    manager = ReplicaManager(
+        1, logs, MetadataImage(), lambda _: CONFIG, lambda: 1_000, steady_ms=lambda: now[0]
+    )
+    manager.replica_lag_time_max_ms = 30_000
+    asked: list[tuple[int, ...]] = []
+    manager.on_isr_change = lambda _partition, isr: asked.append(isr)
+    manager.apply(PartitionChanged(TOPIC, 0, _state(1, 0)))
+    partition = manager.partitions[("t", 0)]
+    manager.append("t", 0, batch(3), acks=1)
+
+    now[0] = 10_000
+    manager.follower_fetched(partition, 2, 3)
+    manager.follower_fetched(partition, 3, 3)
+    now[0] = 35_000
+    manager.follower_fetched(partition, 2, 3)  # 2 keeps up; 3 went quiet at 10 s
+    manager.check_isr()
+    assert asked == []  # 3 has been behind for 25 s only
+    now[0] = 40_001
+    manager.check_isr()
+    assert asked == [(1, 2)]
+    manager.check_isr()
+    assert asked == [(1, 2)]  # asked once, until the controller answers
+
+    manager.apply(PartitionChanged(TOPIC, 0, PartitionState((1, 2, 3), (1, 2), 1, 0, 1)))
+    assert partition.pending_isr is None
+    manager.append("t", 0, batch(2), acks=1)
+    manager.follower_fetched(partition, 2, 5)
+    assert partition.high_watermark == 5
+    manager.follower_fetched(partition, 3, 3)  # behind the high watermark: not yet
+    assert asked == [(1, 2)]
+    manager.follower_fetched(partition, 3, 5)
+    assert asked == [(1, 2), (1, 2, 3)]
+    logs.shutdown(now_ms=2_000)
