@@ -26,6 +26,7 @@ from .image import (
     TOPIC_RESOURCE,
     MetadataImage,
 )
+from .placement import UsableBroker, place, usable_brokers
 from .records import (
     ConfigRecord,
     MetadataRecord,
@@ -168,6 +169,7 @@ class QuorumController:
             return [], [TopicResult(r.name, ErrorCode.policy_violation, message) for r in requests]
         counts = collections.Counter(r.name for r in requests)
         creating: set[str] = set()
+        start = self._partitions_held()
         for request in requests:
             if counts[request.name] > 1:
                 results.append(
@@ -181,7 +183,11 @@ class QuorumController:
                 continue
             try:
                 result, topic_records = self._create_topic(
-                    request, creating, by_broker, MAX_RECORDS_PER_USER_OP - len(records)
+                    request,
+                    creating,
+                    by_broker,
+                    MAX_RECORDS_PER_USER_OP - len(records),
+                    start,
                 )
             except _TooLarge as exc:
                 refused = Outcome(ErrorCode.policy_violation, str(exc))
@@ -190,6 +196,7 @@ class QuorumController:
             if result.ok:
                 creating.add(request.name)
                 records.extend(topic_records)
+                start += result.num_partitions
         return records, results
 
     def _partitions_asked(self, request: TopicRequest) -> int:
@@ -199,8 +206,20 @@ class QuorumController:
             self.num_partitions if request.num_partitions == -1 else max(request.num_partitions, 0)
         )
 
+    def _partitions_held(self) -> int:
+        """Where a placement starts in the cluster's sequence of partitions: after every one
+        the cluster has (and, in a request of several topics, after those placed before), so
+        that successive topics carry the leaders' rotation on instead of starting it again on
+        the same broker. Read from the image, it is the same on every controller."""
+        return sum(len(topic.partitions) for topic in self.image.topics.values())
+
     def _create_topic(  # noqa: PLR0911 - one return per refusal, in Kafka's order
-        self, request: TopicRequest, creating: set[str], by_broker: bool, budget: int
+        self,
+        request: TopicRequest,
+        creating: set[str],
+        by_broker: bool,
+        budget: int,
+        start: int,
     ) -> tuple[TopicResult, list[MetadataRecord]]:
         name = request.name
         illegal = validate_topic_name(name)
@@ -226,6 +245,7 @@ class QuorumController:
         except InvalidConfig as exc:
             return TopicResult(name, ErrorCode.invalid_config, str(exc)), []
         brokers = [b.broker_id for b in self.image.live_brokers]
+        usable = usable_brokers(self.image.brokers.values())
         if request.assignments:
             if request.num_partitions != -1 or request.replication_factor != -1:
                 return TopicResult(
@@ -262,23 +282,24 @@ class QuorumController:
                     ErrorCode.invalid_replication_factor,
                     "Replication factor must be larger than 0, or -1 to use the default value.",
                 ), []
-            if factor > len(brokers):
-                return TopicResult(
-                    name,
-                    ErrorCode.invalid_replication_factor,
-                    f"Unable to replicate the partition {factor} time(s): The target "
-                    f"replication factor of {factor} cannot be reached because only "
-                    f"{len(brokers)} broker(s) are registered.",
-                ), []
+            unplaceable = _unplaceable(
+                factor,
+                usable,
+                too_few=f"The target replication factor of {factor} cannot be reached because "
+                f"only {len(usable)} broker(s) are registered.",
+            )
+            if unplaceable is not None:
+                return TopicResult(name, ErrorCode.invalid_replication_factor, unplaceable), []
             if factor > self.max_replication_factor:
                 return TopicResult(
                     name, ErrorCode.invalid_replication_factor, self._no_replication
                 ), []
             _within(1 + partitions + len(request.configs), budget)
-            assignments = _place(range(partitions), factor, brokers)
+            placed = place(usable, partitions=partitions, factor=factor, start=start)
+            assignments = dict(enumerate(placed))
         topic_id = self._new_topic_id()
         records: list[MetadataRecord] = [TopicRecord(name, topic_id)]
-        records.extend(_partition_records(topic_id, assignments))
+        records.extend(_partition_records(topic_id, assignments, _active(usable)))
         records.extend(
             ConfigRecord(TOPIC_RESOURCE, name, key, value)
             for key, value in sorted(request.configs.items())
@@ -351,15 +372,21 @@ class QuorumController:
         exceed `MAX_RECORDS_PER_USER_OP`."""
         records: list[MetadataRecord] = []
         outcomes: list[Outcome] = []
+        start = self._partitions_held()
         for name, count, assignments in requests:
             try:
                 topic_records, outcome = self.create_partitions(
-                    name, count, assignments, budget=MAX_RECORDS_PER_USER_OP - len(records)
+                    name,
+                    count,
+                    assignments,
+                    budget=MAX_RECORDS_PER_USER_OP - len(records),
+                    start=start,
                 )
             except _TooLarge as exc:
                 return [], [Outcome(ErrorCode.policy_violation, str(exc)) for _ in requests]
             records.extend(topic_records)
             outcomes.append(outcome)
+            start += len(topic_records)  # one PartitionRecord per new partition
         return records, outcomes
 
     def create_partitions(
@@ -369,9 +396,12 @@ class QuorumController:
         assignments: Sequence[Sequence[int]] | None,
         *,
         budget: int | None = None,
+        start: int | None = None,
     ) -> tuple[list[MetadataRecord], Outcome]:
         """Grow one topic to `count` partitions; `_TooLarge` if that takes more than `budget`
-        records (by default `MAX_RECORDS_PER_USER_OP`)."""
+        records (by default `MAX_RECORDS_PER_USER_OP`). `start`: where the new partitions
+        start in the cluster's sequence of placed partitions (by default, after the cluster's
+        own)."""
         topic = self.image.topics.get(topic_name)
         if topic is None:
             return [], Outcome(
@@ -398,6 +428,7 @@ class QuorumController:
             )
         _within(count - current, MAX_RECORDS_PER_USER_OP if budget is None else budget)
         brokers = [b.broker_id for b in self.image.live_brokers]
+        usable = usable_brokers(self.image.brokers.values())
         factor = len(topic.partitions[0].replicas)
         new_partitions = range(current, count)
         if assignments:
@@ -412,14 +443,16 @@ class QuorumController:
             if problem is not None:
                 return [], Outcome(ErrorCode.invalid_replica_assignment, problem)
         else:
-            if factor > len(brokers):
-                return [], Outcome(
-                    ErrorCode.invalid_replication_factor,
-                    f"Unable to replicate the partition {factor} time(s): only "
-                    f"{len(brokers)} broker(s) are registered.",
-                )
-            placed = _place(new_partitions, factor, brokers)
-        return list(_partition_records(topic.topic_id, placed)), Outcome()
+            unplaceable = _unplaceable(
+                factor, usable, too_few=f"only {len(usable)} broker(s) are registered."
+            )
+            if unplaceable is not None:
+                return [], Outcome(ErrorCode.invalid_replication_factor, unplaceable)
+            if start is None:
+                start = self._partitions_held()
+            lists = place(usable, partitions=len(new_partitions), factor=factor, start=start)
+            placed = dict(zip(new_partitions, lists, strict=True))
+        return list(_partition_records(topic.topic_id, placed, _active(usable))), Outcome()
 
     # -- configs ----------------------------------------------------------------------------
 
@@ -550,12 +583,24 @@ def _apply_op(configs: dict[str, str], op: ConfigOp, resource_type: int) -> Outc
     return None
 
 
-def _place(partitions: range, factor: int, brokers: Sequence[int]) -> dict[int, tuple[int, ...]]:
-    """Round-robin replicas over the live brokers, each partition starting one further on, so
-    leaders (the first replica) spread evenly."""
-    ordered = sorted(brokers)
-    count = len(ordered)
-    return {p: tuple(ordered[(p + i) % count] for i in range(factor)) for p in partitions}
+_ALL_FENCED = "All brokers are currently fenced."
+"""Kafka's refusal when no broker could lead a new partition."""
+
+
+def _unplaceable(factor: int, usable: Sequence[UsableBroker], *, too_few: str) -> str | None:
+    """Why `factor` replicas cannot be placed on the usable brokers, in Kafka's order: no
+    broker could lead, then too few brokers (a fenced one may hold a follower, so it counts);
+    None when they can. A cluster with no broker at all is told so, not that all are fenced."""
+    if usable and not any(not b.fenced for b in usable):
+        return f"Unable to replicate the partition {factor} time(s): {_ALL_FENCED}"
+    if factor > len(usable):
+        return f"Unable to replicate the partition {factor} time(s): {too_few}"
+    return None
+
+
+def _active(usable: Sequence[UsableBroker]) -> frozenset[int]:
+    """The brokers that may be in a new partition's ISR: the unfenced ones."""
+    return frozenset(b.broker_id for b in usable if not b.fenced)
 
 
 def _check_assignments(
@@ -580,14 +625,16 @@ def _check_assignments(
 
 
 def _partition_records(
-    topic_id: uuid.UUID, assignments: Mapping[int, tuple[int, ...]]
+    topic_id: uuid.UUID, assignments: Mapping[int, tuple[int, ...]], active: frozenset[int]
 ) -> list[PartitionRecord]:
+    """New partitions, led by their first replica; only the active replicas start in the ISR
+    (Kafka's rule: a fenced broker placed as a follower has yet to catch up)."""
     return [
         PartitionRecord(
             partition_id=partition,
             topic_id=topic_id,
             replicas=replicas,
-            isr=replicas,
+            isr=tuple(b for b in replicas if b in active),
             leader=replicas[0],
             leader_epoch=0,
             partition_epoch=0,
