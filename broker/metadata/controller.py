@@ -131,19 +131,8 @@ class QuorumController:
         num_partitions: int,
         replication_factor: int,
         new_topic_id: Callable[[], uuid.UUID] = uuid.uuid4,
-        max_replication_factor: int | None = None,
     ) -> None:
-        """`max_replication_factor`: the most replicas a partition may have (None: as many as
-        there are brokers)."""
         self.image = image
-        self.max_replication_factor = (
-            2**31 - 1 if max_replication_factor is None else max_replication_factor
-        )
-        self._no_replication = (
-            f"Replication factors above {max_replication_factor} need partition replication, "
-            "which this version of Gregor does not have yet: create the topic with "
-            f"replication factor {max_replication_factor}."
-        )
         self.num_partitions = num_partitions
         self.replication_factor = replication_factor
         self._new_topic_id = new_topic_id
@@ -213,7 +202,7 @@ class QuorumController:
         the same broker. Read from the image, it is the same on every controller."""
         return sum(len(topic.partitions) for topic in self.image.topics.values())
 
-    def _create_topic(  # noqa: PLR0911 - one return per refusal, in Kafka's order
+    def _create_topic(
         self,
         request: TopicRequest,
         creating: set[str],
@@ -259,10 +248,6 @@ class QuorumController:
             problem = _check_assignments(assignments, brokers, first_partition=0)
             if problem is not None:
                 return TopicResult(name, ErrorCode.invalid_replica_assignment, problem), []
-            if any(len(r) > self.max_replication_factor for r in assignments.values()):
-                return TopicResult(
-                    name, ErrorCode.invalid_replication_factor, self._no_replication
-                ), []
         else:
             partitions = request.num_partitions
             if partitions == -1:
@@ -290,10 +275,6 @@ class QuorumController:
             )
             if unplaceable is not None:
                 return TopicResult(name, ErrorCode.invalid_replication_factor, unplaceable), []
-            if factor > self.max_replication_factor:
-                return TopicResult(
-                    name, ErrorCode.invalid_replication_factor, self._no_replication
-                ), []
             _within(1 + partitions + len(request.configs), budget)
             placed = place(usable, partitions=partitions, factor=factor, start=start)
             assignments = dict(enumerate(placed))

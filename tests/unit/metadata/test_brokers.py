@@ -22,7 +22,6 @@ from broker.metadata.image import MetadataImage
 from broker.metadata.records import (
     BrokerEndpoint,
     BrokerRegistrationChangeRecord,
-    FeatureLevelRecord,
     FenceBrokerRecord,
     MetadataRecord,
     RegisterBrokerRecord,
@@ -204,7 +203,7 @@ def test_a_snapshot_keeps_a_brokers_fencing_and_shutdown_state() -> None:
     assert cluster.image.registration(1) is None
 
 
-def test_topics_with_more_than_one_replica_are_refused_until_replication_lands() -> None:
+def test_unfenced_brokers_take_replicated_topics() -> None:
     cluster = Cluster()
     for broker_id in (1, 2, 3):
         epoch = cluster.register(broker_id, now=0)
@@ -213,29 +212,20 @@ def test_topics_with_more_than_one_replica_are_refused_until_replication_lands()
                 cluster.image, cluster.sessions, Heartbeat(broker_id, epoch, epoch), now_ms=0
             )[0]
         )
-    controller = QuorumController(
-        cluster.image, num_partitions=3, replication_factor=1, max_replication_factor=1
-    )
+    controller = QuorumController(cluster.image, num_partitions=3, replication_factor=1)
     records, results = controller.create_topics(
         [
             TopicRequest("replicated", replication_factor=3),
-            TopicRequest("assigned", assignments={0: [1, 2]}),
-            TopicRequest("single", replication_factor=1),
+            TopicRequest("too-many", replication_factor=4),
         ]
     )
-    assert [r.error for r in results] == [
-        ErrorCode.invalid_replication_factor,
-        ErrorCode.invalid_replication_factor,
-        ErrorCode.none,
-    ]
-    assert "replication factor 1" in (results[0].message or "")
-    assert {
-        r.name for r in records if hasattr(r, "name") and not isinstance(r, FeatureLevelRecord)
-    } == {"single"}
-    # The single-replica topic's partitions are spread over the three brokers.
+    assert [r.error for r in results] == [ErrorCode.none, ErrorCode.invalid_replication_factor]
+    assert "only 3 broker(s) are registered" in (results[1].message or "")
     cluster.commit(records)
-    leaders = sorted(p.leader for p in cluster.image.topics["single"].partitions.values())
-    assert leaders == [1, 2, 3]
+    partitions = cluster.image.topics["replicated"].partitions.values()
+    assert all(sorted(p.replicas) == [1, 2, 3] == sorted(p.isr) for p in partitions)
+    # Leaders are spread over the three brokers.
+    assert sorted(p.leader for p in partitions) == [1, 2, 3]
     assert isinstance(cluster.image.registration(1), RegisterBrokerRecord)
 
 

@@ -51,7 +51,6 @@ def _controller(image: MetadataImage) -> QuorumController:
         num_partitions=1,
         replication_factor=3,
         new_topic_id=lambda: next(ids),
-        max_replication_factor=8,
     )
 
 
