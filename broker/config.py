@@ -206,6 +206,9 @@ class BrokerConfig:
     """`log.cleaner.dedupe.buffer.size`: the memory one round's offset map may take (128 MiB,
     about a million keys); a log with more distinct keys in its dirty range is cleaned over
     several rounds."""
+    offsets_commit_timeout_ms: int = 5000
+    """`offsets.commit.timeout.ms`: a group coordinator's write waits this long for the ISR
+    of its `__consumer_offsets` partition."""
     replica_fetch_wait_max_ms: int = 500
     """`replica.fetch.wait.max.ms`: how long a follower's fetch waits at the leader for data."""
     replica_fetch_min_bytes: int = 1
@@ -436,6 +439,7 @@ _BROKER: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "log.cleaner.enable": ("log_cleaner_enable", _bool),
     "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", _int(0)),
     "log.cleaner.dedupe.buffer.size": ("log_cleaner_dedupe_buffer_size", _int(1)),
+    "offsets.commit.timeout.ms": ("offsets_commit_timeout_ms", _int(1)),
     "replica.fetch.wait.max.ms": ("replica_fetch_wait_max_ms", _int(0)),
     "replica.fetch.min.bytes": ("replica_fetch_min_bytes", _int(1)),
     "replica.fetch.max.bytes": ("replica_fetch_max_bytes", _int(1)),

@@ -13,14 +13,15 @@ import dataclasses
 import logging
 import signal
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from broker.compaction import run_cleaner
 from broker.config import BrokerConfig, InvalidConfig
 from broker.forwarding import FORWARDED_APIS, Forwarding
 from broker.groups.api import GroupConfig
-from broker.groups.persistence import LogGroupLog
+from broker.groups.persistence import GroupLogUnavailable, LogGroupLog
 from broker.groups.service import GroupService
 from broker.handlers import NodeState, build_dispatcher
 from broker.handlers.context import OFFSETS_TOPIC, Endpoint, steady_clock_ms, wall_clock_ms
@@ -127,7 +128,7 @@ class Node:
         self._metrics_endpoint: MetricsEndpoint | None = None
         self._housekeeping: asyncio.Task[None] | None = None
         self._isr_checks: asyncio.Task[None] | None = None
-        self._isr_requests: set[asyncio.Task[None]] = set()
+        self._background: set[asyncio.Task[None]] = set()
         self._cleaner: asyncio.Task[None] | None = None
         self.banner: str | None = None
         """Printed once the node serves (`gregor local up` tells the user where)."""
@@ -171,12 +172,21 @@ class Node:
         metadata.subscribers.append(replicas.apply)
         self._follow_leaders(replicas, metadata)
         group_clock = steady_clock_ms()
+        group_config = self._group_config(image)
         groups = self.groups = GroupService(
-            self._group_config(image),
-            LogGroupLog(self._offsets_log, group_clock, leader_epoch=self._offsets_epoch),
+            group_config,
+            LogGroupLog(
+                self._offsets_log,
+                group_clock,
+                append_batch=self._append_offsets,
+                replicated=self._offsets_replicated,
+                leads=self._leads_offsets,
+            ),
             now_ms=group_clock,
         )
-        await groups.start()
+        # Groups are served where their __consumer_offsets partition is led, and move with it.
+        await groups.start(p for p in range(group_config.num_partitions) if self._leads_offsets(p))
+        metadata.subscribers.append(self._follow_offsets_leaders)
         self.state = NodeState(
             self.config, self.cluster_id, metadata, replicas, groups, clock=self.clock
         )
@@ -322,10 +332,50 @@ class Node:
         found = self.replicas.partitions.get((OFFSETS_TOPIC, partition))
         return None if found is None else found.log
 
-    def _offsets_epoch(self, partition: int) -> int:
+    def _leads_offsets(self, partition: int) -> bool:
         assert self.replicas is not None
         found = self.replicas.partitions.get((OFFSETS_TOPIC, partition))
-        return 0 if found is None else found.leader_epoch
+        return found is not None and found.is_leader
+
+    def _append_offsets(self, partition: int, batch: bytes) -> int:
+        """The group coordinator's write, as the partition's leader (acks=1: whether it is
+        replicated is asked next, by `_offsets_replicated`)."""
+        assert self.replicas is not None
+        result = self.replicas.append(OFFSETS_TOPIC, partition, batch, acks=1)
+        if result.error != ErrorCode.none or result.info is None:
+            raise GroupLogUnavailable(
+                f"{OFFSETS_TOPIC}-{partition}: {result.error.name} {result.message or ''}"
+            )
+        return result.info.last_offset + 1
+
+    async def _offsets_replicated(self, partition: int, end_offset: int) -> bool:
+        """Kafka's coordinator writes with acks=all and answers once the ISR has it, within
+        `offsets.commit.timeout.ms`."""
+        assert self.replicas is not None
+        error = await self.replicas.wait_for_replication(
+            OFFSETS_TOPIC, partition, end_offset, self.config.offsets_commit_timeout_ms / 1000
+        )
+        return error == ErrorCode.none
+
+    def _follow_offsets_leaders(self, change: Change) -> None:
+        """A `__consumer_offsets` partition led here now has its groups loaded (replayed from
+        the log) and served; one led elsewhere now is unloaded, its members told
+        NOT_COORDINATOR so that they find the new coordinator."""
+        if not isinstance(change, PartitionChanged) or change.topic.name != OFFSETS_TOPIC:
+            return
+        groups = self.groups
+        assert groups is not None
+        partition = change.partition
+        leads, serves = self._leads_offsets(partition), groups.serves(partition)
+        if leads and not serves:
+            self._spawn(groups.load(partition))
+        elif serves and not leads:
+            self._spawn(groups.unload(partition))
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _housekeep(self) -> None:
         """Retention, time-based flushes and checkpoints, on Kafka's cadences (compaction has a
@@ -351,9 +401,7 @@ class Node:
     def _alter_isr(self, partition: Partition, wanted: tuple[int, ...]) -> None:
         """Ask the active controller for a led partition's new ISR (in the background: the
         answer comes back as a metadata change)."""
-        task = asyncio.get_running_loop().create_task(self._send_isr(partition, wanted))
-        self._isr_requests.add(task)
-        task.add_done_callback(self._isr_requests.discard)
+        self._spawn(self._send_isr(partition, wanted))
 
     async def _send_isr(self, partition: Partition, wanted: tuple[int, ...]) -> None:
         assert self.lifecycle is not None
@@ -398,7 +446,7 @@ class Node:
             await self.lifecycle.shut_down()
         if self.metadata is not None:
             await self.metadata.resign()
-        for task in (self._cleaner, self._housekeeping, self._isr_checks, *self._isr_requests):
+        for task in (self._cleaner, self._housekeeping, self._isr_checks, *self._background):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)

@@ -8,7 +8,7 @@ it for `delete.retention.ms` and then drops the key.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Protocol
 
 from broker.protocol.records import Record, build_batch, iter_records
@@ -20,7 +20,12 @@ __all__ = ["GroupLog", "GroupLogUnavailable", "LogGroupLog"]
 class GroupLog(Protocol):
     async def append(
         self, partition: int, records: Sequence[tuple[bytes, bytes | None]]
-    ) -> None: ...
+    ) -> int | None:
+        """Write the records; the partition's offset after them (None: not tracked)."""
+
+    async def replicated(self, partition: int, end_offset: int) -> bool:
+        """Whether every in-sync replica got the partition up to `end_offset` (within the
+        commit timeout): an answer that reports on a write waits for this."""
 
     def replay(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]: ...
 
@@ -36,28 +41,50 @@ class LogGroupLog:
         now_ms: Callable[[], int],
         *,
         leader_epoch: Callable[[int], int] = lambda partition: 0,
+        append_batch: Callable[[int, bytes], int] | None = None,
+        replicated: Callable[[int, int], Awaitable[bool]] | None = None,
+        leads: Callable[[int], bool] | None = None,
     ) -> None:
         """`log_for(partition)`: the partition's log, or None when `__consumer_offsets` has
-        no such partition here yet (replay then finds nothing, append raises)."""
+        no such partition here yet (replay then finds nothing, append raises).
+        `append_batch(partition, batch)`: the leader's append when the partition is
+        replicated (it raises GroupLogUnavailable where this node does not lead), returning
+        the offset after the batch; `replicated(partition, end_offset)`: whether the ISR got
+        that far. Without them, batches go straight into the log and count as replicated.
+        `leads(partition)`: whether this node leads it; a replay where it does not raises
+        GroupLogUnavailable, so that a follower never serves its groups."""
         self._log_for = log_for
         self._now_ms = now_ms
         self._leader_epoch = leader_epoch
+        self._append_batch = append_batch
+        self._replicated = replicated
+        self._leads = leads
 
-    async def append(self, partition: int, records: Sequence[tuple[bytes, bytes | None]]) -> None:
+    async def append(
+        self, partition: int, records: Sequence[tuple[bytes, bytes | None]]
+    ) -> int | None:
         if not records:
-            return
-        log = self._log_for(partition)
-        if log is None:
-            raise GroupLogUnavailable(f"__consumer_offsets-{partition} has no log here")
+            return None
         now = self._now_ms()
         batch = build_batch(
             [Record(i, now, key, value) for i, (key, value) in enumerate(records)],
             base_timestamp=now,
         )
-        log.append_as_leader(batch, leader_epoch=self._leader_epoch(partition), now_ms=now)
+        if self._append_batch is not None:
+            return self._append_batch(partition, batch)
+        log = self._log_for(partition)
+        if log is None:
+            raise GroupLogUnavailable(f"__consumer_offsets-{partition} has no log here")
+        info = log.append_as_leader(batch, leader_epoch=self._leader_epoch(partition), now_ms=now)
+        return info.last_offset + 1
+
+    async def replicated(self, partition: int, end_offset: int) -> bool:
+        return True if self._replicated is None else await self._replicated(partition, end_offset)
 
     def replay(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
         """Every keyed record of the partition from its log start, in offset order."""
+        if self._leads is not None and not self._leads(partition):
+            raise GroupLogUnavailable(f"this node does not lead __consumer_offsets-{partition}")
         log = self._log_for(partition)
         if log is None:
             return

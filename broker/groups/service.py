@@ -130,9 +130,15 @@ class GroupService:
             self._core.unload(partition)
             return
         async with self._lock:
+            if partition not in self._core.loading:
+                return  # unloaded meanwhile (this node stopped leading it)
             self._core.complete_load(partition, self._now_ms())
             await self._flush()
         self._wakeup.set()
+
+    def serves(self, partition: int) -> bool:
+        """Whether the partition's groups are served here, or being loaded to be."""
+        return partition in self._core.loaded or partition in self._core.loading
 
     async def unload(self, partition: int) -> None:
         async with self._lock:
@@ -211,15 +217,19 @@ class GroupService:
         return future
 
     async def _flush(self) -> None:
-        """Carry out the outbox in order; called with the lock held."""
+        """Carry out the outbox in order; called with the lock held. An answer that reports
+        on a write is delivered once the write is replicated (off the lock, so that other
+        groups go on meanwhile); COORDINATOR_NOT_AVAILABLE if it is not in time, as Kafka
+        answers a commit whose write timed out."""
         failed: set[int] = set()
+        written: dict[int, int] = {}
         effects = self._core.outbox.take()
         while effects:
             for effect in effects:
                 if isinstance(effect, Append):
                     if effect.partition not in failed:
                         try:
-                            await self._log.append(effect.partition, effect.records)
+                            end = await self._log.append(effect.partition, effect.records)
                         except Exception:
                             log.exception(
                                 "cannot write to __consumer_offsets-%d; reloading it from its log",
@@ -227,15 +237,30 @@ class GroupService:
                             )
                             failed.add(effect.partition)
                             self._core.unload(effect.partition)
+                        else:
+                            if end is not None:
+                                written[effect.partition] = end
                     continue
                 result = effect.result
                 if effect.depends_on & failed:
                     result = result.failed(ErrorCode.not_coordinator)
-                self._deliver(effect.ticket, result)
+                waits = {p: written[p] for p in effect.depends_on if p in written}
+                if waits and not effect.depends_on & failed:
+                    self._spawn(self._deliver_replicated(effect.ticket, result, waits))
+                else:
+                    self._deliver(effect.ticket, result)
             effects = self._core.outbox.take()
         for partition in failed:
             self._core.begin_load(partition)
             self._spawn(self.load(partition))
+
+    async def _deliver_replicated(self, ticket: int, result: Any, ends: dict[int, int]) -> None:
+        replicated = await asyncio.gather(
+            *(self._log.replicated(partition, end) for partition, end in ends.items())
+        )
+        if not all(replicated):
+            result = result.failed(ErrorCode.coordinator_not_available)
+        self._deliver(ticket, result)
 
     def _deliver(self, ticket: int, result: object) -> None:
         future = self._waiters.pop(ticket, None)

@@ -170,9 +170,12 @@ class NodeState:
 
     # -- what the group coordinator needs from the node (GroupNodeInfo) --------------------
 
-    def coordinator_endpoint(self, listener: str) -> tuple[str, int] | None:
-        endpoint = self.advertised.get(listener)
-        return None if endpoint is None else (endpoint.host, endpoint.port)
+    def coordinator_endpoint(self, group_id: str, listener: str) -> tuple[int, str, int] | None:
+        leader = self.current_leader(OFFSETS_TOPIC, self.groups.partition_for(group_id), listener)
+        if leader.node is None:
+            return None
+        node_id, host, port, _ = leader.node
+        return node_id, host, port
 
     def partition_exists(self, topic: str, partition: int) -> bool:
         found = self.metadata.image.topics.get(topic)

@@ -69,16 +69,23 @@ def _create(nodes: list[RunningNode], name: str, partitions: int, configs: dict[
         [NewTopic(name, partitions, 3, config=configs)], operation_timeout=10
     )[name]
     future.result(timeout=30)
-    # Every node has applied it (its partitions, with their leaders) before clients use it.
+    # Every node has applied it (its partitions, with their leaders) before clients use it:
+    # asked of each node itself (a client library would ask whichever broker it likes).
     deadline = time.monotonic() + 15
     for node in nodes:
-        node_admin = AdminClient({"bootstrap.servers": node.bootstrap, **QUIET})
-        while True:
-            topic = node_admin.list_topics(name, timeout=10).topics.get(name)
-            if topic is not None and topic.error is None and len(topic.partitions) == partitions:
-                break
+        while _partitions_on(node, name) != partitions:
             assert time.monotonic() < deadline, f"{name} did not reach {node.bootstrap}"
             time.sleep(0.1)
+
+
+def _partitions_on(node: RunningNode, topic: str) -> int:
+    """How many partitions of `topic` this node's own metadata has (with a leader)."""
+    body = fill(request_type(ApiKey.METADATA, 12), {"topics": None})
+    answer = call(("localhost", node.port), ApiKey.METADATA, 12, body)
+    for found in answer.topics:
+        if found.name == topic and found.error_code == ErrorCode.none:
+            return sum(1 for p in found.partitions if p.leader_id >= 0)
+    return 0
 
 
 def _leaders(nodes: list[RunningNode], topic: str, timeout: float = 15.0) -> dict[int, int]:
@@ -352,6 +359,64 @@ def test_a_stopped_follower_leaves_the_isr_and_returns_once_it_catches_up(
 
         _wait_for_isrs(nodes, "lagging", lambda isr: isr == {1, 2, 3}, "the follower rejoins")
         _wait_for_equal_logs(nodes, "lagging", 1)
+    finally:
+        for node in nodes:
+            if node.process.poll() is None:
+                node.kill()
+
+
+def test_a_group_and_its_committed_offsets_survive_the_loss_of_its_coordinator(
+    tmp_path: Path,
+) -> None:
+    """The coordinator is the leader of the group's `__consumer_offsets` partition (RF 3):
+    a commit is answered once the ISR has it, and when that node is killed the next leader
+    loads the group from its own copy, so the group resumes where it committed."""
+    nodes = start_quorum(tmp_path, 3, FAILOVER | {"offsets.topic.replication.factor": "3"})
+    try:
+        _wait_for_brokers(nodes[0], 3)
+        _create(nodes, "orders", 3, {"min.insync.replicas": "2"})
+        _produce(nodes, "orders", 300)
+
+        def consumer(bootstrap: list[RunningNode]) -> Consumer:
+            group = Consumer(
+                {
+                    "bootstrap.servers": _bootstrap(bootstrap),
+                    "group.id": "billing",
+                    "enable.auto.commit": False,
+                    "auto.offset.reset": "earliest",
+                    **QUIET,
+                }
+            )
+            group.subscribe(["orders"])
+            return group
+
+        first = consumer(nodes)
+        seen: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(seen) < 150 and time.monotonic() < deadline:
+            message = first.poll(0.5)
+            if message is not None and message.error() is None:
+                seen.append(message.value() or b"")
+        assert len(seen) >= 150
+        first.commit(asynchronous=False)
+        first.close()
+
+        admin = AdminClient({"bootstrap.servers": _bootstrap(nodes), **QUIET})
+        described = admin.describe_consumer_groups(["billing"])["billing"].result(timeout=10)
+        coordinator = described.coordinator.id
+        nodes[coordinator - 1].kill()
+        survivors = [n for i, n in enumerate(nodes, 1) if i != coordinator]
+
+        second = consumer(survivors)
+        rest: list[bytes] = []
+        deadline = time.monotonic() + 90
+        while len(seen) + len(rest) < 300 and time.monotonic() < deadline:
+            message = second.poll(0.5)
+            if message is not None and message.error() is None:
+                rest.append(message.value() or b"")
+        second.close()
+        # Resumed at the committed offsets: every record once, none of the first read again.
+        assert sorted(seen + rest) == sorted(b"v%d" % i for i in range(300))
     finally:
         for node in nodes:
             if node.process.poll() is None:

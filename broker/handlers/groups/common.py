@@ -21,8 +21,10 @@ class GroupNodeInfo(Protocol):
     @property
     def node_id(self) -> int: ...
 
-    def coordinator_endpoint(self, listener: str) -> tuple[str, int] | None:
-        """This node's advertised host and port on `listener`, None if it has none there."""
+    def coordinator_endpoint(self, group_id: str, listener: str) -> tuple[int, str, int] | None:
+        """The group's coordinator: the leader of its `__consumer_offsets` partition, as
+        (node id, host, port) on `listener`; None while it has no leader or no endpoint
+        there."""
 
     async def ensure_offsets_topic(self) -> bool:
         """Create `__consumer_offsets` if it does not exist; False if it cannot be."""

@@ -38,6 +38,11 @@ class FindCoordinator:
         keys = tuple(request.coordinator_keys) if version >= 4 else (request.key,)
         key_type = int(getattr(request, "key_type", _GROUP_KEY))
         found: tuple[ErrorCode, str | None, int, str, int]
+        if key_type == _GROUP_KEY and await self._node.ensure_offsets_topic():
+            # Each group's own coordinator: the leader of its __consumer_offsets partition.
+            return _find_coordinator_response(
+                version, keys, [self._coordinator(key, context.listener) for key in keys]
+            )
         if key_type == _TRANSACTION_KEY:
             # Not the retriable COORDINATOR_NOT_AVAILABLE: a transactional producer would
             # retry it for its whole timeout. Clients treat this error as fatal at once.
@@ -48,22 +53,24 @@ class FindCoordinator:
             found = (E.invalid_request, "share groups are not supported", -1, "", -1)
         elif key_type != _GROUP_KEY:
             found = (E.invalid_request, f"unknown key type {key_type}", -1, "", -1)
-        elif not await self._node.ensure_offsets_topic():
-            found = (E.coordinator_not_available, "__consumer_offsets is not available", -1, "", -1)
         else:
-            endpoint = self._node.coordinator_endpoint(context.listener)
-            if endpoint is None:
-                found = (E.coordinator_not_available, "no endpoint on this listener", -1, "", -1)
-            else:
-                found = (E.none, None, self._node.node_id, *endpoint)
-        return _find_coordinator_response(version, keys, found)
+            found = (E.coordinator_not_available, "__consumer_offsets is not available", -1, "", -1)
+        return _find_coordinator_response(version, keys, [found] * len(keys))
+
+    def _coordinator(self, group_id: str, listener: str) -> _Found:
+        endpoint = self._node.coordinator_endpoint(group_id, listener)
+        if endpoint is None:
+            return (E.coordinator_not_available, "the coordinator is not available", -1, "", -1)
+        return (E.none, None, *endpoint)
+
+
+_Found = tuple[ErrorCode, str | None, int, str, int]
 
 
 def _find_coordinator_response(
-    version: int, keys: tuple[str, ...], found: tuple[ErrorCode, str | None, int, str, int]
+    version: int, keys: tuple[str, ...], answers: list[_Found]
 ) -> ResponseBody:
     schema = response_module(ApiKey.FIND_COORDINATOR, version)
-    error, message, node_id, host, port = found
     if version >= 4:
         coordinators = tuple(
             build(
@@ -75,12 +82,13 @@ def _find_coordinator_response(
                 error_code=error,
                 error_message=message,
             )
-            for key in keys
+            for key, (error, message, node_id, host, port) in zip(keys, answers, strict=True)
         )
         response: ResponseBody = build(
             schema.FindCoordinatorResponse, throttle_time=NO_THROTTLE, coordinators=coordinators
         )
         return response
+    error, message, node_id, host, port = answers[0]
     response = build(
         schema.FindCoordinatorResponse,
         throttle_time=NO_THROTTLE,
@@ -97,7 +105,7 @@ def _find_coordinator_error(request: RequestBody, error: ErrorCode) -> ResponseB
     body: Any = request
     version = version_of(body)
     keys = tuple(body.coordinator_keys) if version >= 4 else (body.key,)
-    return _find_coordinator_response(version, keys, (error, None, -1, "", -1))
+    return _find_coordinator_response(version, keys, [(error, None, -1, "", -1)] * len(keys))
 
 
 class JoinGroup(GroupApi):

@@ -151,14 +151,19 @@ class Gate:
         """Set once an append waits at the closed gate."""
         self.failures = 0
 
-    async def append(self, partition: int, records: Sequence[tuple[bytes, bytes | None]]) -> None:
+    async def append(
+        self, partition: int, records: Sequence[tuple[bytes, bytes | None]]
+    ) -> int | None:
         if not self.open.is_set():
             self.waiting.set()
         await self.open.wait()
         if self.failures:
             self.failures -= 1
             raise OSError("disk full")
-        await self.inner.append(partition, records)
+        return await self.inner.append(partition, records)
+
+    async def replicated(self, partition: int, end_offset: int) -> bool:
+        return await self.inner.replicated(partition, end_offset)
 
     def replay(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
         return self.inner.replay(partition)

@@ -46,8 +46,8 @@ class Node:
     def __init__(self) -> None:
         self.topic_requests = 0
 
-    def coordinator_endpoint(self, listener: str) -> tuple[str, int] | None:
-        return ("broker-1", 9092) if listener == "PLAINTEXT" else None
+    def coordinator_endpoint(self, group_id: str, listener: str) -> tuple[int, str, int] | None:
+        return (1, "broker-1", 9092) if listener == "PLAINTEXT" else None
 
     async def ensure_offsets_topic(self) -> bool:
         self.topic_requests += 1
