@@ -2,8 +2,9 @@
 
 - `gregor broker --config server.properties [--override key=value …] [--cluster-id ID]` runs
   one node.
-- `gregor local up [--brokers N] [--controllers M] [--data-dir DIR] [--port P]` runs a local
-  cluster and prints its bootstrap servers.
+- `gregor local up [--brokers N] [--data-dir DIR] [--port P]` runs a local cluster of N
+  combined nodes (one in this process; more as processes of their own, `broker/local.py`) and
+  prints its bootstrap servers.
 - `gregor api-versions` prints the ApiVersions advertisement a node sends: each API it has a
   handler for, with its version range, exactly as on the wire.
 """
@@ -25,6 +26,7 @@ from broker import __version__
 from broker.config import BrokerConfig, InvalidConfig
 from broker.handlers import HANDLED_APIS
 from broker.handlers.api_versions import advertisement
+from broker.local import run_local_cluster
 from broker.node import Node, NodeError
 from broker.storage import StorageError
 
@@ -121,12 +123,14 @@ def _broker(args: argparse.Namespace) -> int:
 
 
 def _local_up(args: argparse.Namespace) -> int:
-    if args.brokers != 1 or args.controllers != 1:
+    if args.controllers is not None and args.controllers != args.brokers:
         raise NodeError(
-            "local clusters of more than one node need the multi-node KRaft quorum, which has "
-            "not landed yet; use --brokers 1 --controllers 1"
+            "local clusters with dedicated controllers are not supported yet: leave out "
+            "--controllers for combined nodes (broker and controller each)"
         )
     data_dir = Path(args.data_dir).resolve()
+    if args.brokers != 1:
+        return run_local_cluster(data_dir, args.brokers, args.port)
     config = BrokerConfig.from_properties(
         {
             "process.roles": "broker,controller",
@@ -166,8 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
     local = commands.add_parser("local", help="a local cluster for development")
     local_commands = local.add_subparsers(dest="local_command", metavar="COMMAND", required=True)
     up = local_commands.add_parser("up", help="start a local cluster and print how to connect")
-    up.add_argument("--brokers", type=int, default=1)
-    up.add_argument("--controllers", type=int, default=1)
+    up.add_argument(
+        "--brokers", type=int, default=1, help="how many nodes (each a broker and a controller)"
+    )
+    up.add_argument(
+        "--controllers", type=int, help="as --brokers (dedicated controllers are not supported yet)"
+    )
     up.add_argument("--data-dir", default="var/local", help="where the nodes keep their logs")
     up.add_argument("--port", type=int, default=9092, help="the bootstrap port")
     up.set_defaults(run=_local_up)
