@@ -42,6 +42,9 @@ __all__ = ["Node", "NodeError", "format_log_dirs", "new_cluster_id"]
 
 log = logging.getLogger(__name__)
 
+ISR_RETRY_BACKOFF_S = 0.5
+"""How long an unanswered or refused AlterPartition waits before it is asked again."""
+
 _CONNECTION_LIMITS = (
     "max.connections",
     "max.connections.per.ip",
@@ -400,42 +403,55 @@ class Node:
 
     def _alter_isr(self, partition: Partition, wanted: tuple[int, ...]) -> None:
         """Ask the active controller for a led partition's new ISR (in the background: the
-        answer comes back as a metadata change)."""
-        self._spawn(self._send_isr(partition, wanted))
-
-    async def _send_isr(self, partition: Partition, wanted: tuple[int, ...]) -> None:
-        assert self.lifecycle is not None
-        assert self.replicas is not None
-        image = self.metadata.image if self.metadata is not None else None
-        topic = None if image is None else image.topics.get(partition.topic)
-        if image is None or topic is None:
-            self.replicas.isr_change_failed(partition)
-            return
+        answer comes back as a metadata change), against the epochs it was decided on."""
+        assert self.metadata is not None
+        image = self.metadata.image
+        topic = image.topics.get(partition.topic)
+        if topic is None:
+            return  # deleted: the partition goes with the next metadata change
         change = IsrChange(
             topic.topic_id,
             partition.index,
             partition.leader_epoch,
-            partition.state.partition_epoch,
+            partition.pending_since_epoch,
             tuple(
                 (member, image.brokers[member].epoch if member in image.brokers else -1)
                 for member in wanted
             ),
         )
-        try:
-            answered = await self.lifecycle.alter_isr([change])
-        except Exception:
-            log.exception("AlterPartition for %s-%d failed", partition.topic, partition.index)
-            answered = None
-        error = None if answered is None else answered[1][0].error if answered[1] else answered[0]
-        if error != ErrorCode.none:
-            log.info(
-                "the controller did not change the ISR of %s-%d to %s: %s",
-                partition.topic,
-                partition.index,
-                list(wanted),
-                "no answer" if error is None else error.name,
-            )
-            self.replicas.isr_change_failed(partition)
+        self._spawn(self._send_isr(partition, wanted, change))
+
+    async def _send_isr(
+        self, partition: Partition, wanted: tuple[int, ...], change: IsrChange
+    ) -> None:
+        """Until the controller answers: a refusal lets the leader decide again; no answer
+        (the controller moved, or is unreachable) is asked again after a backoff, as long as
+        this request is still the partition's pending one (it may have been committed)."""
+        assert self.lifecycle is not None
+        assert self.replicas is not None
+        while partition.pending_isr == wanted and partition.pending_since_epoch == (
+            change.partition_epoch
+        ):
+            try:
+                answered = await self.lifecycle.alter_isr([change])
+            except Exception:
+                log.exception("AlterPartition for %s-%d failed", partition.topic, partition.index)
+                answered = None
+            if answered is None:
+                await asyncio.sleep(ISR_RETRY_BACKOFF_S)
+                continue
+            error = answered[1][0].error if answered[1] else answered[0]
+            if error != ErrorCode.none:
+                log.info(
+                    "the controller did not change the ISR of %s-%d to %s: %s",
+                    partition.topic,
+                    partition.index,
+                    list(wanted),
+                    error.name,
+                )
+                await asyncio.sleep(ISR_RETRY_BACKOFF_S)  # before the leader asks again
+                self.replicas.isr_change_failed(partition, wanted)
+            return
 
     def _high_watermarks(self) -> dict[TopicPartition, int]:
         assert self.state is not None
@@ -456,6 +472,10 @@ class Node:
             await self.server.stop()
         if self.fetchers is not None:
             await self.fetchers.close()
+        # What clients set off until the server stopped (an AlterPartition, a group load).
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
         if self.groups is not None:
             await self.groups.stop()
         if self.forwarding is not None:

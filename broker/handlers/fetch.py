@@ -146,8 +146,8 @@ class Handler:
                 if result.records is not None:
                     total += result.records.size
                     budget -= result.records.size
-                if result.error != ErrorCode.none:
-                    errors = True
+                if result.error != ErrorCode.none or result.diverging_epoch is not None:
+                    errors = True  # answered at once, as Kafka does
                 partitions.append((wanted, result))
             reads.append(partitions)
         return reads, total, errors

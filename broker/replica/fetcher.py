@@ -27,6 +27,7 @@ from broker.metadata import MetadataImage
 from broker.peer import PeerConnection, PeerUnavailable
 from broker.protocol import ApiKey, ErrorCode, build, request_type
 from broker.protocol.messages import request_module
+from broker.protocol.records import BATCH_HEADER_SIZE, read_batch_header
 from broker.storage.epochs import UNDEFINED_EPOCH
 
 from .manager import Partition, ReplicaManager, TopicPartition
@@ -108,9 +109,24 @@ class ReplicaFetchers:
                 following.task = asyncio.get_running_loop().create_task(
                     self._run(following), name=f"replica-fetcher-{leader}"
                 )
+                following.task.add_done_callback(self._ended)
             if following.partitions != keys:
                 following.partitions = keys
                 following.changed.set()
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """A fetcher that died (it should not) is logged and forgotten, so that the next
+        `update` starts another."""
+        if task.cancelled():
+            return
+        exc = task.exception()
+        for leader, fetcher in list(self._fetchers.items()):
+            if fetcher.task is task:
+                del self._fetchers[leader]
+        if exc is not None:
+            log.error("the replica fetcher stopped", exc_info=exc)
+            if not self._closed:
+                asyncio.get_running_loop().call_later(self._settings.backoff_ms / 1000, self.update)
 
     async def close(self) -> None:
         self._closed = True
@@ -162,7 +178,13 @@ class ReplicaFetchers:
                     log.info("cannot fetch from broker %d: %s; retrying", fetcher.leader, exc)
                     await self._pause(fetcher)
                     continue
-                self._take(fetcher, sent, response)
+                try:
+                    self._take(fetcher, sent, response)
+                except Exception:
+                    # A bug or a disk error must not end this leader's replication quietly.
+                    log.exception("taking in a fetch from broker %d failed", fetcher.leader)
+                    for asked in sent.values():
+                        self._hold(fetcher, asked)
         finally:
             if peer is not None:
                 with contextlib.suppress(Exception):
@@ -196,6 +218,11 @@ class ReplicaFetchers:
             found = self._replicas.partitions.get(key)
             topic = image.topics.get(key[0])
             if found is None or topic is None or found.is_leader:
+                continue
+            if found.log.appending:
+                # Its last write as leader is still on a thread: the log is not to change
+                # under it; the next round asks.
+                fetcher.held_until[key] = now + 0.05
                 continue
             log_ = found.log
             by_topic.setdefault(topic.topic_id, []).append(
@@ -278,7 +305,7 @@ class ReplicaFetchers:
             self._truncate_diverged(partition, diverging.epoch, diverging.end_offset)
             return
         result = self._replicas.append_from_leader(
-            partition, bytes(answer.records or b""), answer.high_watermark
+            partition, _whole_batches(bytes(answer.records or b"")), answer.high_watermark
         )
         if result.error != ErrorCode.none:
             log.error(
@@ -331,3 +358,15 @@ class ReplicaFetchers:
     def _hold(self, fetcher: _Fetcher, partition: Partition) -> None:
         key = (partition.topic, partition.index)
         fetcher.held_until[key] = time.monotonic() + self._settings.backoff_ms / 1000
+
+
+def _whole_batches(records: bytes) -> bytes:
+    """The batches that arrived whole: a fetch answer may end inside a batch (KIP-74), and a
+    follower appends only what it has entirely (the rest comes with the next fetch)."""
+    end = 0
+    while len(records) - end >= BATCH_HEADER_SIZE:
+        size = read_batch_header(records, end).size
+        if end + size > len(records):
+            break
+        end += size
+    return records if end == len(records) else records[:end]

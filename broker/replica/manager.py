@@ -28,7 +28,7 @@ from broker.metadata import (
 )
 from broker.metadata.image import Change
 from broker.protocol.errors import ErrorCode
-from broker.protocol.records import is_compressed
+from broker.protocol.records import is_compressed, read_batch_header
 from broker.storage import (
     AppendInfo,
     CorruptRecordError,
@@ -122,13 +122,17 @@ class Partition:
     """As leader: each follower's log end offset, as its latest fetch told (absent: unknown
     since this node became leader)."""
     caught_up_ms: dict[int, int] = field(default_factory=dict)
-    """As leader: when each follower last fetched from this log's end (steady clock)."""
+    """As leader: when each follower was last known to have everything (steady clock)."""
+    last_fetch: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """As leader: each follower's previous fetch, as (this log's end then, when)."""
     leader_since_ms: int = 0
     leader_start_offset: int = 0
     """As leader: the log end when this node became leader (Kafka's leader epoch start
     offset): a follower joins the ISR only once it has come that far."""
     pending_isr: tuple[int, ...] | None = None
     """An ISR this leader asked the controller for and has not seen committed yet."""
+    pending_since_epoch: int = -1
+    """The partition epoch `pending_isr` was asked against."""
 
     @property
     def maximal_isr(self) -> tuple[int, ...]:
@@ -148,7 +152,7 @@ class Partition:
         read. A leader alone in its ISR has it at its log end; otherwise replication moves it
         (`ReplicaManager.follower_fetched` on the leader, the leader's answer on a follower),
         never past this replica's log end."""
-        if self.is_leader and self.state.isr == (self.node_id,):
+        if self.is_leader and self.maximal_isr == (self.node_id,):
             return self.log.log_end_offset
         return min(self.stored_high_watermark, self.log.log_end_offset)
 
@@ -256,10 +260,11 @@ class ReplicaManager:
         if existing is not None:
             old, high_watermark = existing.state, existing.high_watermark
             existing.state = change.state
-            existing.pending_isr = None  # answered: the partition changed
+            # What this replica knew to be committed stays so, whatever changed.
+            existing.stored_high_watermark = max(existing.stored_high_watermark, high_watermark)
+            if change.state.partition_epoch != existing.pending_since_epoch:
+                existing.pending_isr = None  # answered: the partition changed
             if old.leader != change.state.leader or old.leader_epoch != change.state.leader_epoch:
-                # What this replica knew to be committed stays so, whatever its new role.
-                existing.stored_high_watermark = high_watermark
                 self._new_leader(existing)
             elif existing.is_leader:
                 self._advance_high_watermark(existing)  # the ISR may have changed
@@ -277,6 +282,8 @@ class ReplicaManager:
         partition = Partition(key[0], key[1], log_, change.state, self.node_id)
         partition.leader_since_ms = self._steady()
         partition.leader_start_offset = log_.log_end_offset
+        if partition.is_leader:
+            self._record_epoch(partition)
         # Until replication says more, a replica knows its records up to its recovery point are
         # committed only if it leads alone; otherwise the high watermark starts at the log
         # start and moves with the leader's.
@@ -293,14 +300,24 @@ class ReplicaManager:
         partition.follower_ends = {}
         partition.caught_up_ms = {}
         partition.pending_isr = None
+        partition.last_fetch = {}
         if partition.is_leader:
             partition.leader_since_ms = self._steady()
             partition.leader_start_offset = partition.log.log_end_offset
+            self._record_epoch(partition)
             self._advance_high_watermark(partition)
         else:
             self._not_leader_any_more(key)
         self._wake(key)
         self._roles_changed()
+
+    def _record_epoch(self, partition: Partition) -> None:
+        """A new leader's epoch starts at its log end, in its epoch cache at once (Kafka's
+        makeLeader): a follower's divergence is judged against it before any append."""
+        try:
+            partition.log.epochs.assign(partition.leader_epoch, partition.log.log_end_offset)
+        except OSError as exc:
+            self.log_dir_failed(partition.topic, partition.index, exc)
 
     def _roles_changed(self) -> None:
         if self.on_role_change is not None:
@@ -448,10 +465,12 @@ class ReplicaManager:
             self._finishing.add((topic, index))
             written.add_done_callback(lambda _: self._finish_quietly(topic, index, pending))
             raise
-        gone = self.get(topic, index)
+        gone = self.get_leader(topic, index)
         result = self._guarded(topic, index, pending.finish)
-        if isinstance(gone, ErrorCode) and isinstance(result, AppendResult):
-            return AppendResult(gone)  # deleted or moved while the batch was written
+        if isinstance(gone, ErrorCode):
+            # Deleted, or no longer led here, while the batch was written: the producer goes
+            # to the new leader (an idempotent one's retry is recognised there if it got it).
+            return AppendResult(gone)
         return result if isinstance(result, AppendResult) else AppendResult(ErrorCode.none, result)
 
     def _finish_quietly(self, topic: str, index: int, pending: PendingAppend) -> None:
@@ -605,8 +624,12 @@ class ReplicaManager:
         if last_fetched_epoch >= 0:
             # Kafka's divergence check: where the follower's last epoch ends here.
             epoch, end = log_.end_offset_for_epoch(last_fetched_epoch)
+            result.high_watermark = partition.high_watermark
+            if epoch < 0 or end < 0:
+                # No epoch this old or older here: the follower starts over from this log.
+                result.error = ErrorCode.offset_out_of_range
+                return result
             if end < offset or epoch < last_fetched_epoch:
-                result.high_watermark = partition.high_watermark
                 result.diverging_epoch = (epoch, end)
                 return result
         if offset > log_.log_end_offset or offset < log_.log_start_offset:
@@ -626,8 +649,17 @@ class ReplicaManager:
         if replica_id == self.node_id:
             return
         partition.follower_ends[replica_id] = offset
-        if offset >= partition.log.log_end_offset:
-            partition.caught_up_ms[replica_id] = self._steady()
+        # Kafka's Replica.updateFetchState: caught up now if it fetched from the log end, or
+        # as of its previous fetch if it has come as far as the log end was then.
+        now, end = self._steady(), partition.log.log_end_offset
+        previous = partition.last_fetch.get(replica_id)
+        if offset >= end:
+            partition.caught_up_ms[replica_id] = now
+        elif previous is not None and offset >= previous[0]:
+            partition.caught_up_ms[replica_id] = max(
+                partition.caught_up_ms.get(replica_id, 0), previous[1]
+            )
+        partition.last_fetch[replica_id] = (end, now)
         if (
             replica_id not in partition.state.isr
             and partition.pending_isr is None
@@ -678,12 +710,17 @@ class ReplicaManager:
     def _ask_isr(self, partition: Partition, wanted: tuple[int, ...]) -> None:
         if self.on_isr_change is None or wanted == partition.state.isr:
             return
+        # The high watermark as it stands is kept: a leader alone had it at its log end.
+        partition.stored_high_watermark = partition.high_watermark
         partition.pending_isr = wanted
+        partition.pending_since_epoch = partition.state.partition_epoch
         self.on_isr_change(partition, wanted)
 
-    def isr_change_failed(self, partition: Partition) -> None:
-        """The controller refused or did not answer: the next fetch or check asks again."""
-        partition.pending_isr = None
+    def isr_change_failed(self, partition: Partition, wanted: tuple[int, ...]) -> None:
+        """The controller refused this ISR for certain: the next fetch or check may ask again.
+        (An unanswered request stays pending and is sent again: it may have been committed.)"""
+        if partition.pending_isr == wanted:
+            partition.pending_isr = None
 
     def _advance_high_watermark(self, partition: Partition) -> None:
         """On the leader: the high watermark moves up to the least log end among the ISR
@@ -751,7 +788,7 @@ class ReplicaManager:
             if error != ErrorCode.none:
                 return error
         min_isr = int(self._topic_setting(topic, "min.insync.replicas", "1"))
-        if len(partition.state.isr) < min_isr:
+        if len(partition.maximal_isr) < min_isr:
             return ErrorCode.not_enough_replicas_after_append
         return ErrorCode.none
 
@@ -771,6 +808,13 @@ class ReplicaManager:
         """A follower appends what its leader sent (offsets and epochs as the leader wrote
         them) and takes the leader's high watermark, up to its own log end."""
         key = (partition.topic, partition.index)
+        log_ = partition.log
+        if records and log_.log_end_offset == log_.log_start_offset:
+            # An empty log restarted at the leader's log start, which DeleteRecords may have
+            # put inside a batch: start where that batch does (Kafka's follower does too).
+            first = read_batch_header(records)
+            if first.base_offset < log_.log_end_offset <= first.last_offset:
+                log_.truncate_fully_and_start_at(first.base_offset, self._clock())
         if records:
             info = self._guarded(
                 partition.topic,

@@ -16,6 +16,7 @@ from broker.metadata import MetadataImage, PartitionChanged, PartitionState
 from broker.metadata.image import TopicState
 from broker.protocol import ErrorCode
 from broker.replica import ReplicaManager
+from broker.replica.fetcher import _whole_batches
 from broker.storage import LogConfig, LogManager
 from tests.unit.storage.logs import batch
 
@@ -214,4 +215,104 @@ def test_a_follower_that_stops_fetching_leaves_the_isr_and_rejoins_once_caught_u
     assert asked == [(1, 2)]
     manager.follower_fetched(partition, 3, 5)
     assert asked == [(1, 2), (1, 2, 3)]
+    logs.shutdown(now_ms=2_000)
+
+
+def test_a_follower_appends_the_whole_batches_of_an_answer_cut_inside_one(
+    leader: ReplicaManager, follower: ReplicaManager
+) -> None:
+    for _ in range(5):
+        leader.append("t", 0, batch(3), acks=1)
+    mine = follower.partitions[("t", 0)]
+    while mine.log.log_end_offset < 15:
+        answer = leader.read_for_follower(
+            "t", 0, 2, mine.log.log_end_offset, 300, min_one_batch=True,
+            current_leader_epoch=0, last_fetched_epoch=mine.log.epochs.latest_epoch,
+        )  # fmt: skip
+        assert answer.records is not None
+        records = _whole_batches(answer.records.read())
+        assert records  # at least the first batch, whole
+        assert follower.append_from_leader(mine, records, 0).error == ErrorCode.none
+    assert mine.log.log_end_offset == 15
+
+
+def test_a_leader_alone_keeps_its_high_watermark_while_a_follower_joins(
+    leader: ReplicaManager,
+) -> None:
+    """A leader alone in its ISR asks to add a follower that caught up, then takes acks=1
+    appends: the high watermark must not run ahead of the joiner, nor move back."""
+    asked: list[tuple[int, ...]] = []
+    leader.on_isr_change = lambda _partition, isr: asked.append(isr)
+    leader.apply(PartitionChanged(TOPIC, 0, _state(1, 0, isr=(1,))))
+    partition = leader.partitions[("t", 0)]
+    leader.append("t", 0, batch(3), acks=1)
+    assert partition.high_watermark == 3
+    leader.follower_fetched(partition, 2, 3)
+    assert asked == [(1, 2)]
+    leader.append("t", 0, batch(5), acks=1)
+    assert partition.high_watermark == 3  # broker 2 counts already
+    leader.apply(PartitionChanged(TOPIC, 0, PartitionState((1, 2, 3), (1, 2), 1, 0, 1)))
+    assert partition.high_watermark == 3
+    leader.follower_fetched(partition, 2, 8)
+    assert partition.high_watermark == 8
+
+
+def test_a_new_leader_that_wrote_nothing_yet_tells_a_diverged_follower_where(
+    tmp_path: Path,
+) -> None:
+    old, old_logs = _manager(tmp_path / "old", 1)
+    new, new_logs = _manager(tmp_path / "new", 2)
+    old.apply(PartitionChanged(TOPIC, 0, _state(1, 0)))
+    new.apply(PartitionChanged(TOPIC, 0, _state(1, 0)))
+    old.append("t", 0, batch(3), acks=1)
+    _copy(old, new)
+    old.append("t", 0, batch(3), acks=1)  # never copied: broker 1 is fenced after this
+    new.apply(PartitionChanged(TOPIC, 0, _state(2, 1)))
+    old.apply(PartitionChanged(TOPIC, 0, _state(2, 1)))
+    mine = old.partitions[("t", 0)]
+    answer = new.read_for_follower(
+        "t", 0, 1, mine.log.log_end_offset, 1 << 20, min_one_batch=True,
+        current_leader_epoch=1, last_fetched_epoch=mine.log.epochs.latest_epoch,
+    )  # fmt: skip
+    assert answer.diverging_epoch == (0, 3)
+    old_logs.shutdown(now_ms=2_000)
+    new_logs.shutdown(now_ms=2_000)
+
+
+def test_a_follower_restarted_inside_a_batch_starts_where_the_batch_does(
+    leader: ReplicaManager, follower: ReplicaManager
+) -> None:
+    leader.append("t", 0, batch(5), acks=1)
+    mine = follower.partitions[("t", 0)]
+    mine.log.truncate_fully_and_start_at(3, 1_000)  # the leader's log start, after DeleteRecords
+    answer = leader.read_for_follower(
+        "t", 0, 2, 3, 1 << 20, min_one_batch=True, current_leader_epoch=0, last_fetched_epoch=-1
+    )
+    assert answer.records is not None
+    assert follower.append_from_leader(mine, answer.records.read(), 0).error == ErrorCode.none
+    assert mine.log.log_end_offset == 5
+
+
+def test_a_follower_one_append_behind_under_steady_load_stays_in_sync(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "load"
+    directory.mkdir()
+    logs = LogManager([directory], CONFIG)
+    logs.startup(now_ms=0)
+    now = [0]
+    manager = ReplicaManager(
+        1, logs, MetadataImage(), lambda _: CONFIG, lambda: 1_000, steady_ms=lambda: now[0]
+    )
+    asked: list[tuple[int, ...]] = []
+    manager.on_isr_change = lambda _partition, isr: asked.append(isr)
+    manager.apply(PartitionChanged(TOPIC, 0, _state(1, 0, isr=(1, 2))))
+    partition = manager.partitions[("t", 0)]
+    for second in range(60):
+        now[0] = second * 1000
+        end = partition.log.log_end_offset
+        manager.append("t", 0, batch(1), acks=1)  # a record lands before each fetch
+        manager.follower_fetched(partition, 2, end)
+    manager.check_isr()
+    assert asked == []
     logs.shutdown(now_ms=2_000)
