@@ -263,6 +263,23 @@ class MetadataService:
         """Settings kafka-configs set for every broker (`--entity-default`)."""
         return self.image.configs.get((BROKER_RESOURCE, ""), {})
 
+    def min_insync_replicas(self, topic: str) -> int:
+        """`min.insync.replicas` for a produce to `topic`, resolved as Kafka does (topic →
+        this broker's dynamic setting → the cluster's → server.properties → 1) with a few
+        dictionary lookups rather than the whole config chain."""
+        for configs in (
+            self.image.topic_config(topic),
+            self.broker_dynamic_configs,
+            self.cluster_dynamic_configs,
+        ):
+            value = configs.get("min.insync.replicas")
+            if value is not None:
+                try:
+                    return int(value)
+                except ValueError:
+                    continue  # validated when set; a bad value falls through, never fails
+        return self.config.min_insync_replicas
+
     def resolved_topic_configs(self, overrides: Mapping[str, str]) -> list[ResolvedConfig]:
         """Every topic setting for a topic with `overrides`, with its effective value and
         source: the one place the topic → dynamic broker → static broker → default chain is

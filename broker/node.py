@@ -168,6 +168,7 @@ class Node:
         replicas = self.replicas = ReplicaManager(
             self.config.node_id, self.logs, image, metadata.topic_log_config, self.clock
         )
+        replicas.min_insync_replicas = metadata.min_insync_replicas
         for topic in image.topics.values():
             for index, partition in topic.partitions.items():
                 replicas.apply(PartitionChanged(topic, index, partition))

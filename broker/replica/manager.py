@@ -224,6 +224,11 @@ class ReplicaManager:
         self.on_isr_change: Callable[[Partition, tuple[int, ...]], None] | None = None
         """Sends a led partition's wanted ISR to the active controller (AlterPartition); the
         answer comes back as a metadata change, or as `isr_change_failed`."""
+        self.min_insync_replicas: Callable[[str], int] = lambda topic: int(
+            self._topic_setting(topic, "min.insync.replicas", "1")
+        )
+        """A topic's `min.insync.replicas` (the node resolves it through the broker's
+        settings too: `MetadataService.min_insync_replicas`)."""
         self.replica_lag_time_max_ms = 30_000
         """`replica.lag.time.max.ms`: an in-sync follower that has not fetched up to the log
         end for this long leaves the ISR."""
@@ -492,7 +497,7 @@ class ReplicaManager:
             return AppendResult(found)
         partition = found
         if acks == -1:
-            min_isr = int(self._topic_setting(topic, "min.insync.replicas", "1"))
+            min_isr = self.min_insync_replicas(topic)
             if len(partition.state.isr) < min_isr:
                 return AppendResult(
                     ErrorCode.not_enough_replicas,
@@ -787,7 +792,7 @@ class ReplicaManager:
                 raise
             if error != ErrorCode.none:
                 return error
-        min_isr = int(self._topic_setting(topic, "min.insync.replicas", "1"))
+        min_isr = self.min_insync_replicas(topic)
         if len(partition.maximal_isr) < min_isr:
             return ErrorCode.not_enough_replicas_after_append
         return ErrorCode.none

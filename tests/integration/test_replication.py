@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
@@ -417,6 +417,78 @@ def test_a_group_and_its_committed_offsets_survive_the_loss_of_its_coordinator(
         second.close()
         # Resumed at the committed offsets: every record once, none of the first read again.
         assert sorted(seen + rest) == sorted(b"v%d" % i for i in range(300))
+    finally:
+        for node in nodes:
+            if node.process.poll() is None:
+                node.kill()
+
+
+def test_acks_all_below_min_insync_replicas_is_refused_and_nothing_is_written(
+    tmp_path: Path,
+) -> None:
+    """Scenario (f), with `min.insync.replicas=2` from server.properties (no topic override):
+    both followers of a partition die, their brokers are fenced, the ISR is the leader alone,
+    and acks=all produce gets NOT_ENOUGH_REPLICAS with nothing appended. Five voters, so the
+    quorum outlives the two."""
+    nodes = start_quorum(tmp_path, 5, FAILOVER | {"min.insync.replicas": "2"})
+    try:
+        _wait_for_brokers(nodes[0], 5)
+        _create(nodes, "guarded", 1, {})
+        _produce(nodes, "guarded", 10)
+        admin = AdminClient({"bootstrap.servers": _bootstrap(nodes), **QUIET})
+        described = admin.list_topics("guarded", timeout=10).topics["guarded"].partitions[0]
+        leader = described.leader
+        for follower in set(described.replicas) - {leader}:
+            nodes[follower - 1].kill()
+        alive = [n for i, n in enumerate(nodes, 1) if n.process.poll() is None]
+        _wait_for_isrs(alive, "guarded", lambda isr: isr == {leader}, "the ISR shrinks")
+
+        producer = Producer(
+            {
+                "bootstrap.servers": _bootstrap(alive),
+                "acks": "all",
+                "message.timeout.ms": 3000,
+                **QUIET,
+            }
+        )
+        errors: list[Any] = []
+        for i in range(5):
+            producer.produce(
+                "guarded", value=b"refused %d" % i, on_delivery=lambda e, _m: errors.append(e)
+            )
+        producer.flush(20)
+        assert len(errors) == 5
+        assert all(e is not None for e in errors)
+        assert {e.code() for e in errors} <= {
+            KafkaError.NOT_ENOUGH_REPLICAS,
+            KafkaError._MSG_TIMED_OUT,  # retried NOT_ENOUGH_REPLICAS until the timeout
+        }
+        values = _read(alive, "guarded", 1, 10)
+        assert sorted(values) == sorted(b"v%d" % i for i in range(10))  # nothing more
+    finally:
+        for node in nodes:
+            if node.process.poll() is None:
+                node.kill()
+
+
+def test_replicas_spread_over_three_racks(tmp_path: Path) -> None:
+    """Scenario (h): six brokers on three racks; every RF-3 partition has a replica in each
+    rack, and leaders are spread over all six brokers."""
+    racks = {i: {"broker.rack": f"rack-{(i - 1) % 3}"} for i in range(1, 7)}
+    nodes = start_quorum(tmp_path, 6, FAST, each=racks)
+    try:
+        _wait_for_brokers(nodes[0], 6)
+        _create(nodes, "spread", 12, {})
+        admin = AdminClient({"bootstrap.servers": _bootstrap(nodes), **QUIET})
+        partitions = admin.list_topics("spread", timeout=10).topics["spread"].partitions
+        for partition in partitions.values():
+            assert {racks[r]["broker.rack"] for r in partition.replicas} == {
+                "rack-0",
+                "rack-1",
+                "rack-2",
+            }
+        leaders = [p.leader for p in partitions.values()]
+        assert sorted(leaders) == sorted(list(range(1, 7)) * 2)
     finally:
         for node in nodes:
             if node.process.poll() is None:

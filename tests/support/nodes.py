@@ -157,11 +157,13 @@ def start_quorum(
     *,
     cluster_ids: dict[int, str] | None = None,
     spawn: set[int] | None = None,
+    each: dict[int, dict[str, str]] | None = None,
 ) -> list[RunningNode]:
     """`count` combined nodes (broker and controller) of one cluster, voters of one metadata
     quorum, each in `tmp/node-<id>`; returns once every one serves clients. `cluster_ids`
     formats some nodes for another cluster: those are not waited for. With `spawn`, only
-    those nodes are started, and none is waited for."""
+    those nodes are started, and none is waited for. `each` adds settings to one node (by
+    node id), over `extra`."""
     cluster_ids = cluster_ids or {}
     ports = [(free_port(), free_port()) for _ in range(count)]
     voters = ",".join(f"{i + 1}@localhost:{c}" for i, (_, c) in enumerate(ports))
@@ -169,17 +171,21 @@ def start_quorum(
     for i, (port, controller_port) in enumerate(ports):
         directory = tmp / f"node-{i + 1}"
         directory.mkdir(parents=True, exist_ok=True)
-        properties = {
-            "process.roles": "broker,controller",
-            "node.id": str(i + 1),
-            "listeners": f"PLAINTEXT://localhost:{port},CONTROLLER://localhost:{controller_port}",
-            "controller.listener.names": "CONTROLLER",
-            "controller.quorum.voters": voters,
-            "log.dirs": str(directory / "logs"),
-            "offsets.topic.replication.factor": "1",
-            "offsets.topic.num.partitions": "5",
-            "group.initial.rebalance.delay.ms": "0",
-        } | (extra or {})
+        properties = (
+            {
+                "process.roles": "broker,controller",
+                "node.id": str(i + 1),
+                "listeners": f"PLAINTEXT://localhost:{port},CONTROLLER://localhost:{controller_port}",
+                "controller.listener.names": "CONTROLLER",
+                "controller.quorum.voters": voters,
+                "log.dirs": str(directory / "logs"),
+                "offsets.topic.replication.factor": "1",
+                "offsets.topic.num.partitions": "5",
+                "group.initial.rebalance.delay.ms": "0",
+            }
+            | (extra or {})
+            | (each or {}).get(i + 1, {})
+        )
         if spawn is not None and i + 1 not in spawn:
             continue
         nodes.append(
