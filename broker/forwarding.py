@@ -21,7 +21,7 @@ from typing import Any
 
 from broker.config import BrokerConfig
 from broker.kraft import MetadataService
-from broker.peer import PeerConnection, PeerUnavailable
+from broker.peer import ActiveControllerPeers, PeerUnavailable
 from broker.protocol import ApiKey, ErrorCode, build, encode_frame, request_type
 
 __all__ = ["BROKER_PRINCIPAL", "FORWARDED_APIS", "Forwarding"]
@@ -48,7 +48,9 @@ class Forwarding:
     def __init__(self, config: BrokerConfig, metadata: MetadataService) -> None:
         self._config = config
         self._metadata = metadata
-        self._peers: dict[int, PeerConnection] = {}
+        self._peers = ActiveControllerPeers(
+            config.controller_quorum_voters, f"forwarder-{config.node_id}"
+        )
 
     async def forward(self, frame: bytes, client_address: str) -> bytes | None:
         """The `Dispatcher.forwarder` of the client listeners (offered `FORWARDED_APIS`)."""
@@ -65,15 +67,9 @@ class Forwarding:
         metadata = self._metadata
         if metadata.is_active_controller:
             return None
-        leader = metadata.driver.leader
-        address = None if leader is None else self._config.controller_quorum_voters.get(leader)
-        if leader is None or address is None:
-            return None
-        peer = self._peers.get(leader)
+        peer = self._peers.to(metadata.driver.leader)
         if peer is None:
-            peer = self._peers[leader] = PeerConnection(
-                leader, *address, client_id=f"forwarder-{self._config.node_id}"
-            )
+            return None
         body = build(
             request_type(ApiKey.ENVELOPE, ENVELOPE_VERSION),
             request_data=frame,
@@ -93,8 +89,7 @@ class Forwarding:
         return encode_frame(response.response_data)
 
     async def close(self) -> None:
-        for peer in self._peers.values():
-            await peer.close()
+        await self._peers.close()
 
 
 def _address_bytes(client_address: str) -> bytes:

@@ -22,7 +22,7 @@ from broker.kraft import MetadataService, NotController
 from broker.metadata.brokers import Heartbeat, HeartbeatAnswer, Registration, RegistrationAnswer
 from broker.metadata.elections import IsrAnswer, IsrChange
 from broker.metadata.records import BrokerEndpoint
-from broker.peer import PeerConnection, PeerUnavailable
+from broker.peer import ActiveControllerPeers, PeerUnavailable
 from broker.protocol import ApiKey, ErrorCode, build, request_type
 from broker.protocol.messages import request_module
 
@@ -46,7 +46,9 @@ class BrokerLifecycle:
         self.fenced = True
         self._unfenced = asyncio.Event()
         self._heartbeats: asyncio.Task[None] | None = None
-        self._peers: dict[int, PeerConnection] = {}
+        self._peers = ActiveControllerPeers(
+            config.controller_quorum_voters, f"broker-{config.node_id}"
+        )
         self._stopping = False
         self._request: Registration | None = None
 
@@ -126,8 +128,7 @@ class BrokerLifecycle:
                     await asyncio.sleep(RETRY_BACKOFF_S)
         except TimeoutError:
             log.warning("no controller answered the controlled shutdown; stopping anyway")
-        for peer in self._peers.values():
-            await peer.close()
+        await self._peers.close()
 
     async def _heartbeat_loop(self) -> None:
         interval = self._config.broker_heartbeat_interval_ms / 1000
@@ -285,15 +286,9 @@ class BrokerLifecycle:
     async def _send(self, api_key: ApiKey, version: int, body: Any) -> Any:
         """The request to the leader of the metadata quorum, over its controller listener;
         None when there is none known or it did not answer."""
-        leader = self._metadata.driver.leader
-        address = None if leader is None else self._config.controller_quorum_voters.get(leader)
-        if leader is None or address is None:
-            return None
-        peer = self._peers.get(leader)
+        peer = self._peers.to(self._metadata.driver.leader)
         if peer is None:
-            peer = self._peers[leader] = PeerConnection(
-                leader, *address, client_id=f"broker-{self._config.node_id}"
-            )
+            return None
         timeout_s = self._config.controller_quorum_request_timeout_ms / 1000
         with contextlib.suppress(PeerUnavailable, TimeoutError):
             return await peer.request(api_key, version, body, timeout_s=timeout_s)

@@ -16,6 +16,7 @@ import itertools
 import logging
 import struct
 import time
+from collections.abc import Mapping
 
 from broker.protocol import (
     MalformedInput,
@@ -26,7 +27,7 @@ from broker.protocol import (
     encode_request,
 )
 
-__all__ = ["PeerConnection", "PeerUnavailable"]
+__all__ = ["ActiveControllerPeers", "PeerConnection", "PeerUnavailable"]
 
 log = logging.getLogger(__name__)
 
@@ -158,3 +159,28 @@ class PeerConnection:
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+
+class ActiveControllerPeers:
+    """Connections to the active controller's controller listener (the metadata quorum's
+    leader, at its `controller.quorum.voters` address), one per leader this node has known,
+    kept open for the next request: the broker's lifecycle and forwarding both go there."""
+
+    def __init__(self, voters: Mapping[int, tuple[str, int]], client_id: str) -> None:
+        self._voters = voters
+        self._client_id = client_id
+        self._peers: dict[int, PeerConnection] = {}
+
+    def to(self, leader: int | None) -> PeerConnection | None:
+        """The connection to `leader`; None when there is no leader or it is no voter."""
+        address = None if leader is None else self._voters.get(leader)
+        if leader is None or address is None:
+            return None
+        peer = self._peers.get(leader)
+        if peer is None:
+            peer = self._peers[leader] = PeerConnection(leader, *address, client_id=self._client_id)
+        return peer
+
+    async def close(self) -> None:
+        for peer in self._peers.values():
+            await peer.close()

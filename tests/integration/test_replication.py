@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -102,7 +102,11 @@ def _leaders(nodes: list[RunningNode], topic: str, timeout: float = 15.0) -> dic
         time.sleep(0.2)
 
 
-def _produce(nodes: list[RunningNode], topic: str, count: int, *, acks: str = "all") -> None:
+def _producer(
+    nodes: list[RunningNode], acks: str = "all"
+) -> tuple[Producer, list[Any], Callable[[Any, Any], None]]:
+    """A confluent-kafka producer (idempotent with acks=all), the list of delivery errors, and
+    the delivery callback that fills it."""
     producer = Producer(
         {
             "bootstrap.servers": _bootstrap(nodes),
@@ -118,6 +122,11 @@ def _produce(nodes: list[RunningNode], topic: str, count: int, *, acks: str = "a
         if error is not None:
             failures.append(error)
 
+    return producer, failures, delivered
+
+
+def _produce(nodes: list[RunningNode], topic: str, count: int, *, acks: str = "all") -> None:
+    producer, failures, delivered = _producer(nodes, acks)
     for i in range(count):
         producer.produce(topic, key=b"k%d" % (i % 7), value=b"v%d" % i, on_delivery=delivered)
         if i % 1000 == 999:
@@ -248,21 +257,7 @@ FAILOVER = FAST | {"broker.session.timeout.ms": "3000", "broker.heartbeat.interv
 def _produce_while(nodes: list[RunningNode], topic: str, count: int, during: Any) -> list[Any]:
     """Produce `count` records (acks=all, idempotent), calling `during()` a third of the way
     in; the delivery errors."""
-    producer = Producer(
-        {
-            "bootstrap.servers": _bootstrap(nodes),
-            "acks": "all",
-            "enable.idempotence": True,
-            "linger.ms": 5,
-            **QUIET,
-        }
-    )
-    failures: list[Any] = []
-
-    def delivered(error: Any, _message: Any) -> None:
-        if error is not None:
-            failures.append(error)
-
+    producer, failures, delivered = _producer(nodes)
     for i in range(count):
         producer.produce(topic, value=b"v%d" % i, on_delivery=delivered)
         if i % 200 == 199:

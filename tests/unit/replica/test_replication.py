@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -24,11 +24,18 @@ CONFIG = LogConfig(segment_bytes=64 << 20, max_message_bytes=8 << 20)
 TOPIC = TopicState("t", uuid.UUID(int=7))
 
 
-def _manager(directory: Path, node_id: int) -> tuple[ReplicaManager, LogManager]:
+def _manager(
+    directory: Path, node_id: int, *, steady_ms: Callable[[], int] | None = None
+) -> tuple[ReplicaManager, LogManager]:
+    """A replica manager on real logs in `directory`, its steady clock `steady_ms` if given."""
     directory.mkdir()
     logs = LogManager([directory], CONFIG)
     logs.startup(now_ms=0)
-    return ReplicaManager(node_id, logs, MetadataImage(), lambda _: CONFIG, lambda: 1_000), logs
+    clocks = {} if steady_ms is None else {"steady_ms": steady_ms}
+    manager = ReplicaManager(
+        node_id, logs, MetadataImage(), lambda _: CONFIG, lambda: 1_000, **clocks
+    )
+    return manager, logs
 
 
 def _state(leader: int, epoch: int, isr: tuple[int, ...] = (1, 2, 3)) -> PartitionState:
@@ -178,14 +185,8 @@ def test_a_follower_whose_log_parted_is_told_where(
 def test_a_follower_that_stops_fetching_leaves_the_isr_and_rejoins_once_caught_up(
     tmp_path: Path,
 ) -> None:
-    directory = tmp_path / "isr"
-    directory.mkdir()
-    logs = LogManager([directory], CONFIG)
-    logs.startup(now_ms=0)
     now = [0]
-    manager = ReplicaManager(
-        1, logs, MetadataImage(), lambda _: CONFIG, lambda: 1_000, steady_ms=lambda: now[0]
-    )
+    manager, logs = _manager(tmp_path / "isr", 1, steady_ms=lambda: now[0])
     manager.replica_lag_time_max_ms = 30_000
     asked: list[tuple[int, ...]] = []
     manager.on_isr_change = lambda _partition, isr: asked.append(isr)
@@ -296,14 +297,8 @@ def test_a_follower_restarted_inside_a_batch_starts_where_the_batch_does(
 def test_a_follower_one_append_behind_under_steady_load_stays_in_sync(
     tmp_path: Path,
 ) -> None:
-    directory = tmp_path / "load"
-    directory.mkdir()
-    logs = LogManager([directory], CONFIG)
-    logs.startup(now_ms=0)
     now = [0]
-    manager = ReplicaManager(
-        1, logs, MetadataImage(), lambda _: CONFIG, lambda: 1_000, steady_ms=lambda: now[0]
-    )
+    manager, logs = _manager(tmp_path / "load", 1, steady_ms=lambda: now[0])
     asked: list[tuple[int, ...]] = []
     manager.on_isr_change = lambda _partition, isr: asked.append(isr)
     manager.apply(PartitionChanged(TOPIC, 0, _state(1, 0, isr=(1, 2))))
