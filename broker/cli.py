@@ -2,9 +2,10 @@
 
 - `gregor broker --config server.properties [--override key=value …] [--cluster-id ID]` runs
   one node.
-- `gregor local up [--brokers N] [--data-dir DIR] [--port P]` runs a local cluster of N
-  combined nodes (one in this process; more as processes of their own, `broker/local.py`) and
-  prints its bootstrap servers.
+- `gregor local up [--brokers N] [--controllers C] [--data-dir DIR] [--port P]` runs a local
+  cluster of N combined nodes, or of N brokers and C dedicated controllers (one node in this
+  process; more as processes of their own, `broker/local.py`), and prints its bootstrap
+  servers.
 - `gregor api-versions` prints the ApiVersions advertisement a node sends: each API it has a
   handler for, with its version range, exactly as on the wire.
 """
@@ -123,14 +124,9 @@ def _broker(args: argparse.Namespace) -> int:
 
 
 def _local_up(args: argparse.Namespace) -> int:
-    if args.controllers is not None and args.controllers != args.brokers:
-        raise NodeError(
-            "local clusters with dedicated controllers are not supported yet: leave out "
-            "--controllers for combined nodes (broker and controller each)"
-        )
     data_dir = Path(args.data_dir).resolve()
-    if args.brokers != 1:
-        return run_local_cluster(data_dir, args.brokers, args.port)
+    if args.brokers != 1 or args.controllers is not None:
+        return run_local_cluster(data_dir, args.brokers, args.port, args.controllers)
     config = BrokerConfig.from_properties(
         {
             "process.roles": "broker,controller",
@@ -174,7 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--brokers", type=int, default=1, help="how many nodes (each a broker and a controller)"
     )
     up.add_argument(
-        "--controllers", type=int, help="as --brokers (dedicated controllers are not supported yet)"
+        "--controllers",
+        type=int,
+        help="run the metadata quorum on this many dedicated controllers (process.roles="
+        "controller), the brokers being broker-only; without it, every node is both",
     )
     up.add_argument("--data-dir", default="var/local", help="where the nodes keep their logs")
     up.add_argument("--port", type=int, default=9092, help="the bootstrap port")

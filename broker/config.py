@@ -220,6 +220,16 @@ class BrokerConfig:
     replica_lag_time_max_ms: int = 30_000
     """`replica.lag.time.max.ms`: a follower that has not caught up with its leader's log end
     for this long leaves the ISR."""
+    auto_leader_rebalance_enable: bool = True
+    """`auto.leader.rebalance.enable`: the active controller moves each partition's leadership
+    back to its preferred replica once that is in the ISR again..."""
+    leader_imbalance_check_interval_seconds: int = 300
+    """...checking every `leader.imbalance.check.interval.seconds`."""
+    unclean_leader_election_enable: bool = False
+    """`unclean.leader.election.enable`: a partition with no live in-sync replica may be led
+    by another live replica, losing what only the lost ones had (a topic may override it)..."""
+    unclean_leader_election_interval_ms: int = 300_000
+    """...which the active controller also checks every `unclean.leader.election.interval.ms`."""
     broker_heartbeat_interval_ms: int = 2000
     """`broker.heartbeat.interval.ms`: how often a broker tells the active controller it is
     alive."""
@@ -357,11 +367,57 @@ class BrokerConfig:
                 "",
                 "a node without the controller role must be told where the controllers are",
             )
+        self._validate_role_listeners(names, voters)
         if not self.log_dirs:
             raise InvalidConfig("log.dirs", "", "at least one directory is required")
         if self.default_replication_factor < 1:
             raise InvalidConfig(
                 "default.replication.factor", self.default_replication_factor, "must be >= 1"
+            )
+
+    def _validate_role_listeners(self, names: set[str], voters: str) -> None:
+        """Kafka's rules for a node with one role: a dedicated controller listens only on
+        controller listeners and needs voters (brokers find it there); a broker-only node
+        listens on none (its controllers do), and is told which one it talks to them with."""
+        controller_names = set(self.controller_listener_names)
+        listeners = ",".join(map(str, self.listeners))
+        if self.process_roles == {"controller"}:
+            if not self.controller_quorum_voters:
+                raise InvalidConfig(
+                    "controller.quorum.voters",
+                    voters,
+                    "a dedicated controller (process.roles=controller) needs the quorum's voters",
+                )
+            others = sorted(names - controller_names)
+            if others or not names:
+                raise InvalidConfig(
+                    "listeners",
+                    listeners,
+                    "a dedicated controller (process.roles=controller) listens only on its "
+                    f"controller listeners ({','.join(self.controller_listener_names) or 'none'}"
+                    f" in controller.listener.names); not on {','.join(others) or 'nothing'}",
+                )
+        elif self.process_roles == {"broker"}:
+            if not controller_names:
+                raise InvalidConfig(
+                    "controller.listener.names",
+                    "",
+                    "a broker-only node (process.roles=broker) must name the controllers' "
+                    "listener it talks to them on",
+                )
+            clash = sorted(names & controller_names)
+            if clash:
+                raise InvalidConfig(
+                    "listeners",
+                    listeners,
+                    f"{','.join(clash)} is a controller listener (controller.listener.names), "
+                    "which a broker-only node (process.roles=broker) must not listen on",
+                )
+        if "broker" in self.process_roles and self.inter_broker_listener_name not in names:
+            raise InvalidConfig(
+                "inter.broker.listener.name",
+                self.inter_broker_listener_name,
+                f"not one of listeners ({listeners}); other brokers fetch replicas there",
             )
 
 
@@ -446,6 +502,13 @@ _BROKER: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "replica.fetch.response.max.bytes": ("replica_fetch_response_max_bytes", _int(1)),
     "replica.fetch.backoff.ms": ("replica_fetch_backoff_ms", _int(0)),
     "replica.lag.time.max.ms": ("replica_lag_time_max_ms", _int(1)),
+    "auto.leader.rebalance.enable": ("auto_leader_rebalance_enable", _bool),
+    "leader.imbalance.check.interval.seconds": (
+        "leader_imbalance_check_interval_seconds",
+        _int(1),
+    ),
+    "unclean.leader.election.enable": ("unclean_leader_election_enable", _bool),
+    "unclean.leader.election.interval.ms": ("unclean_leader_election_interval_ms", _int(1)),
     "broker.heartbeat.interval.ms": ("broker_heartbeat_interval_ms", _int(1)),
     "broker.session.timeout.ms": ("broker_session_timeout_ms", _int(1)),
     "controller.quorum.election.timeout.ms": ("controller_quorum_election_timeout_ms", _int(1)),
@@ -464,8 +527,9 @@ _BROKER: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "gregor.metrics.listener": ("metrics_listener", _http_listener),
 }
 
-_NOT_KAFKA = frozenset({"gregor.metrics.listener"})
-"""Gregor's own names: not Kafka configs, listed only when `server.properties` sets them."""
+_NOT_KAFKA = frozenset({"gregor.metrics.listener", "unclean.leader.election.interval.ms"})
+"""Gregor's own names, and Kafka's internal ones (which its DescribeConfigs does not list):
+listed only when `server.properties` sets them."""
 
 # Broker-level names that set a topic default, and the topic name they set.
 _LOG_DEFAULTS = {

@@ -36,6 +36,7 @@ FORWARDED_APIS = frozenset(
         ApiKey.ALTER_CONFIGS,
         ApiKey.INCREMENTAL_ALTER_CONFIGS,
         ApiKey.INIT_PRODUCER_ID,
+        ApiKey.ELECT_LEADERS,
     }
 )
 """The requests whose answer is the active controller's: they write metadata."""

@@ -33,7 +33,16 @@ from broker.metadata.brokers import (
     register,
 )
 from broker.metadata.configs import ResolvedConfig, log_config, resolve_topic_configs
-from broker.metadata.elections import IsrAnswer, IsrChange, alter_isr
+from broker.metadata.elections import (
+    MAX_ELECTIONS_PER_REBALANCE,
+    ElectionResult,
+    IsrAnswer,
+    IsrChange,
+    alter_isr,
+    elect_leaders,
+    elect_unclean,
+    rebalance,
+)
 from broker.metadata.image import BROKER_RESOURCE, Change
 from broker.metadata.records import decode_record, encode_record
 from broker.protocol.errors import ErrorCode
@@ -103,6 +112,8 @@ class MetadataService:
         self.sessions = BrokerSessions(config.broker_session_timeout_ms)
         """The active controller's view of which brokers still send heartbeats."""
         self._fencer: asyncio.Task[None] | None = None
+        self._periodic: list[asyncio.Task[None]] = []
+        """The active controller's periodic elections (preferred, unclean)."""
 
     async def start(self) -> None:
         """Join the quorum and wait until the committed log is applied to the image (before
@@ -174,6 +185,7 @@ class MetadataService:
                 cluster_id=self._cluster_id,
                 next_offset=next_offset,
                 now_ms=self._steady(),
+                unclean=self.unclean_allowed,
             )
         )
 
@@ -191,7 +203,13 @@ class MetadataService:
         ):
             self.sessions.touch(request.broker_id, self._steady())
         return await self._propose_at(
-            lambda _: heartbeat(self.image, self.sessions, request, now_ms=self._steady())
+            lambda _: heartbeat(
+                self.image,
+                self.sessions,
+                request,
+                now_ms=self._steady(),
+                unclean=self.unclean_allowed,
+            )
         )
 
     async def alter_isr(
@@ -206,6 +224,16 @@ class MetadataService:
 
         return await self._propose_at(decide)
 
+    async def elect_leaders(
+        self, election_type: int, wanted: list[tuple[str, list[int]]] | None
+    ) -> list[ElectionResult]:
+        """An ElectLeaders request, decided and committed here (the active controller)."""
+
+        def decide(_: QuorumController) -> tuple[Sequence[MetadataRecord], list[ElectionResult]]:
+            return elect_leaders(self.image, election_type, wanted)
+
+        return await self.propose(decide)
+
     async def _propose_at(self, decide: Callable[[int], tuple[Sequence[MetadataRecord], T]]) -> T:
         """As `propose`, for records that name their own offset (a broker's epoch is the
         offset of its registration): `decide` is told where the first record will go."""
@@ -219,16 +247,24 @@ class MetadataService:
             return result
 
     def _on_leadership(self, active: bool) -> None:
-        if self._fencer is not None:
-            self._fencer.cancel()
-            self._fencer = None
-        if active:
-            # This node's own broker, if it has not registered in this process yet, is a new
-            # process of it: its old registration has no session to wait out.
-            registering = "broker" in self.config.process_roles and self.broker_epoch < 0
-            restarted = self.config.node_id if registering else None
-            self.sessions.start(self.image, self._steady(), restarted=restarted)
-            self._fencer = asyncio.get_running_loop().create_task(self._fence_expired())
+        """The active controller's own tasks start with its leadership and end with it."""
+        for task in (self._fencer, *self._periodic):
+            if task is not None:
+                task.cancel()
+        self._fencer = None
+        self._periodic = []
+        if not active:
+            return
+        # This node's own broker, if it has not registered in this process yet, is a new
+        # process of it: its old registration has no session to wait out.
+        registering = "broker" in self.config.process_roles and self.broker_epoch < 0
+        restarted = self.config.node_id if registering else None
+        self.sessions.start(self.image, self._steady(), restarted=restarted)
+        loop = asyncio.get_running_loop()
+        self._fencer = loop.create_task(self._fence_expired())
+        if self.config.auto_leader_rebalance_enable:
+            self._periodic.append(loop.create_task(self._rebalance_leaders()))
+        self._periodic.append(loop.create_task(self._elect_unclean()))
 
     async def _fence_expired(self) -> None:
         """Fence the brokers whose heartbeats stopped for `broker.session.timeout.ms`, for as
@@ -243,6 +279,59 @@ class MetadataService:
             except NotController:
                 return
 
+    async def _rebalance_leaders(self) -> None:
+        """`auto.leader.rebalance.enable`: every `leader.imbalance.check.interval.seconds`, for
+        as long as this node is the active controller, preferred elections for the partitions
+        whose preferred replica is in the ISR and live but does not lead; a step that hit its
+        bound is followed by the next at once."""
+        period = float(self.config.leader_imbalance_check_interval_seconds)
+        pause = period
+        while True:
+            await asyncio.sleep(pause)
+            try:
+                moved = await self.propose(self._rebalance_decision)
+            except NotController:
+                return
+            except Exception:
+                log.exception("the preferred-leader rebalance failed; trying again later")
+                moved = 0
+            pause = 0.01 if moved >= MAX_ELECTIONS_PER_REBALANCE else period
+
+    async def _elect_unclean(self) -> None:
+        """Every `unclean.leader.election.interval.ms`, for as long as this node is the active
+        controller: leaderless partitions of topics with `unclean.leader.election.enable` get
+        a live replica (a broker's fencing or return does it at once; this catches a setting
+        turned on later)."""
+        while True:
+            await asyncio.sleep(self.config.unclean_leader_election_interval_ms / 1000)
+            try:
+                await self.propose(self._unclean_decision)
+            except NotController:
+                return
+            except Exception:
+                log.exception("unclean leader elections failed; trying again later")
+
+    def _unclean_decision(self, _: QuorumController) -> tuple[list[MetadataRecord], None]:
+        records = elect_unclean(self.image, self.unclean_allowed)
+        if records:
+            log.warning("unclean leader elections for %d leaderless partitions", len(records))
+        return list(records), None
+
+    def unclean_allowed(self, topic: str) -> bool:
+        """`unclean.leader.election.enable` for `topic`, as the controller resolves it: the
+        topic's setting, every broker's dynamic default, `server.properties`, false."""
+        for configs in (self.image.topic_config(topic), self.cluster_dynamic_configs):
+            value = configs.get("unclean.leader.election.enable")
+            if value is not None:
+                return value.strip().lower() == "true"
+        return self.config.unclean_leader_election_enable
+
+    def _rebalance_decision(self, _: QuorumController) -> tuple[list[MetadataRecord], int]:
+        records = rebalance(self.image)
+        if records:
+            log.info("moving %d partition leaders back to their preferred replicas", len(records))
+        return list(records), len(records)
+
     def _fence_decision(self, _: QuorumController) -> tuple[list[MetadataRecord], None]:
         expired = self.sessions.expired(self.image, self._steady())
         if expired:
@@ -251,7 +340,7 @@ class MetadataService:
                 expired,
                 self.sessions.session_timeout_ms,
             )
-        return fence(self.image, expired), None
+        return fence(self.image, expired, self.unclean_allowed), None
 
     @property
     def broker_dynamic_configs(self) -> dict[str, str]:
@@ -302,7 +391,8 @@ class MetadataService:
 
     async def close(self) -> None:
         """Resign leadership, if held, so the voters elect another at once; then stop."""
-        if self._fencer is not None:
-            self._fencer.cancel()
-            await asyncio.gather(self._fencer, return_exceptions=True)
+        for task in (self._fencer, *self._periodic):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         await self.driver.stop()

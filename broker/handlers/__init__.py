@@ -8,7 +8,18 @@ from broker.quorum import NotController
 from broker.server import Dispatcher, Handler
 from broker.storage import LogOffline, StorageError
 
-from . import api_versions, cluster, configs, fetch, groups, list_offsets, metadata, produce, topics
+from . import (
+    api_versions,
+    cluster,
+    configs,
+    elections,
+    fetch,
+    groups,
+    list_offsets,
+    metadata,
+    produce,
+    topics,
+)
 from .context import NodeState
 from .errors import error_response
 from .producer_ids import InitProducerId
@@ -43,6 +54,7 @@ HANDLED_APIS: frozenset[ApiKey] = frozenset(
         ApiKey.INCREMENTAL_ALTER_CONFIGS,
         ApiKey.OFFSET_DELETE,
         ApiKey.DESCRIBE_CLUSTER,
+        ApiKey.ELECT_LEADERS,
     }
 )
 """The APIs a node has handlers for, known without a node: `gregor api-versions` prints their
@@ -84,6 +96,7 @@ def build_dispatcher(state: NodeState) -> Dispatcher:
     handlers[ApiKey.DESCRIBE_LOG_DIRS] = cluster.DescribeLogDirs(state)
     handlers[ApiKey.DELETE_RECORDS] = cluster.DeleteRecords(state)
     handlers[ApiKey.INIT_PRODUCER_ID] = InitProducerId(state)
+    handlers[ApiKey.ELECT_LEADERS] = elections.ElectLeaders(state)
     error_responders = groups.register(handlers, state.groups, state)
     dispatcher.register(handlers, error_responders)
     if dispatcher.handled_api_keys != HANDLED_APIS:

@@ -146,13 +146,11 @@ class NodeState:
 
     @property
     def controller_id(self) -> int:
-        """What Metadata and DescribeCluster name as the controller: the active controller
-        when it is a live broker clients can reach, else this node (admin writes sent here
-        are answered NOT_CONTROLLER until brokers forward them)."""
-        leader = self.metadata.driver.leader
-        broker = None if leader is None else self.metadata.image.brokers.get(leader)
-        if broker is not None and not broker.fenced:
-            return broker.broker_id
+        """What Metadata and DescribeCluster name as the controller: this broker, which
+        forwards admin writes to the active controller (KIP-590). Kafka's brokers name a
+        random live broker, never the quorum's leader: a client that sends its CreateTopics
+        to a controller that has just died waits for it, where a live broker answers at once
+        (NOT_CONTROLLER while the quorum elects, which clients retry)."""
         return self.node_id
 
     def current_leader(self, topic: str, partition: int, listener: str) -> CurrentLeader:

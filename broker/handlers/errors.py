@@ -31,6 +31,8 @@ _ARRAYS: Mapping[str, tuple[str, ...]] = {
     "results": ("resources", "topics", "groups_names"),
     "groups": ("groups", "groups_names"),
     "members": ("members",),
+    "replica_election_results": ("topic_partitions",),
+    "partition_result": ("partitions",),
 }
 """A response's array of per-item results → the request arrays it answers, by field name
 (ProduceResponse.responses answers ProduceRequest.topic_data, ...)."""
@@ -41,6 +43,7 @@ _IDENTITY: Mapping[str, tuple[str, ...]] = {
     "index": ("index", "partition", "partition_index"),
     "partition_index": ("partition_index", "partition", "index"),
     "partition": ("partition", "partition_index", "index"),
+    "partition_id": ("partition_id", "partition_index", "partition", "index"),
     "topic_id": ("topic_id",),
     "resource_type": ("resource_type",),
     "resource_name": ("resource_name",),

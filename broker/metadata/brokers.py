@@ -11,11 +11,12 @@ broker a whole session, since it cannot know when they last reached its predeces
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker.protocol.errors import ErrorCode
 
-from .elections import elect_returning, move_off
+from .elections import elect_returning, move_off, no_unclean
 from .image import MetadataImage
 from .records import (
     FENCE,
@@ -127,6 +128,7 @@ def register(
     cluster_id: str,
     next_offset: int,
     now_ms: int,
+    unclean: Callable[[str], bool] = no_unclean,
 ) -> tuple[list[MetadataRecord], RegistrationAnswer]:
     """Register a broker, fenced until it has caught up with the metadata log. Its epoch is
     the offset of its registration record (`next_offset` is where the records go). The same
@@ -155,7 +157,7 @@ def register(
     if previous is not None and not previous.fenced:
         # A new process under a live registration's id (the old one died unnoticed): the old
         # one's leaderships and ISR places go first, as if it had been fenced.
-        records.extend(move_off(image, {request.broker_id}))
+        records.extend(move_off(image, {request.broker_id}, unclean))
     epoch = next_offset + len(records)
     records.append(
         RegisterBrokerRecord(
@@ -172,7 +174,12 @@ def register(
 
 
 def heartbeat(
-    image: MetadataImage, sessions: BrokerSessions, request: Heartbeat, *, now_ms: int
+    image: MetadataImage,
+    sessions: BrokerSessions,
+    request: Heartbeat,
+    *,
+    now_ms: int,
+    unclean: Callable[[str], bool] = no_unclean,
 ) -> tuple[list[MetadataRecord], HeartbeatAnswer]:
     """A broker's heartbeat keeps its session; it is unfenced once it has applied the log up
     to its own registration (and elected where it is the only in-sync replica left), fenced
@@ -192,7 +199,7 @@ def heartbeat(
                     broker.broker_id, broker.epoch, fenced=FENCE, in_controlled_shutdown=1
                 )
             )
-            records.extend(move_off(image, {broker.broker_id}))
+            records.extend(move_off(image, {broker.broker_id}, unclean))
         return records, HeartbeatAnswer(
             is_caught_up=caught_up, is_fenced=True, should_shut_down=True
         )
@@ -200,16 +207,18 @@ def heartbeat(
     if request.want_fence:
         if not broker.fenced:
             records.append(FenceBrokerRecord(broker.broker_id, broker.epoch))
-            records.extend(move_off(image, {broker.broker_id}))
+            records.extend(move_off(image, {broker.broker_id}, unclean))
         fenced = True
     elif broker.fenced and caught_up and not broker.in_controlled_shutdown:
         records.append(UnfenceBrokerRecord(broker.broker_id, broker.epoch))
-        records.extend(elect_returning(image, broker.broker_id))
+        records.extend(elect_returning(image, broker.broker_id, unclean))
         fenced = False
     return records, HeartbeatAnswer(is_caught_up=caught_up, is_fenced=fenced)
 
 
-def fence(image: MetadataImage, broker_ids: list[int]) -> list[MetadataRecord]:
+def fence(
+    image: MetadataImage, broker_ids: list[int], unclean: Callable[[str], bool] = no_unclean
+) -> list[MetadataRecord]:
     """Fence brokers whose sessions expired; their leaderships and ISR places go."""
     fencing = [
         broker_id
@@ -220,5 +229,5 @@ def fence(image: MetadataImage, broker_ids: list[int]) -> list[MetadataRecord]:
         FenceBrokerRecord(broker_id, image.brokers[broker_id].epoch) for broker_id in fencing
     ]
     if fencing:
-        records.extend(move_off(image, set(fencing)))
+        records.extend(move_off(image, set(fencing), unclean))
     return records

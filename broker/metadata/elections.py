@@ -2,14 +2,18 @@
 (Kafka's ReplicationControlManager on a broker fenced, unfenced or in controlled shutdown).
 
 Also a leader's requests to change its ISR (AlterPartition, `alter_isr`): followers that lag
-leave it, followers that caught up join it.
+leave it, followers that caught up join it. And elections asked for (ElectLeaders,
+`elect_leaders`) or due (`rebalance`, `auto.leader.rebalance.enable`): a partition's preferred
+replica, the first of its assignment, leads it again once it is back in the ISR; an unclean
+election gives a leaderless partition any live replica.
 
 Pure: the image in, PartitionChangeRecords out. A broker that leaves (its session ran out, it
 asked to shut down, or a new process registered under its id) leads nothing afterwards and is
 out of every ISR: each partition it led gets the first of its replicas, in assignment order,
 that is in the remaining ISR and on a usable broker (registered, unfenced, not shutting down).
-Only ISR members are elected (no unclean election): when none is usable the partition has no
-leader (-1). The last member of an ISR is never removed, as in Kafka: it is the one replica
+Only ISR members are elected, unless the topic's `unclean.leader.election.enable` allows
+another live replica (`unclean`, resolved by the caller): when none is usable the partition has
+no leader (-1). The last member of an ISR is never removed, as in Kafka: it is the one replica
 known to hold every committed record, and it becomes the leader again when its broker returns
 (`elect_returning`).
 """
@@ -17,6 +21,7 @@ known to hold every committed record, and it becomes the leader again when its b
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker.protocol.errors import ErrorCode
@@ -24,15 +29,46 @@ from broker.protocol.errors import ErrorCode
 from .image import MetadataImage, PartitionState
 from .records import PartitionChangeRecord
 
-__all__ = ["NO_LEADER", "IsrAnswer", "IsrChange", "alter_isr", "elect_returning", "move_off"]
+__all__ = [
+    "MAX_ELECTIONS_PER_REBALANCE",
+    "NO_LEADER",
+    "PREFERRED",
+    "UNCLEAN",
+    "ElectionResult",
+    "IsrAnswer",
+    "IsrChange",
+    "alter_isr",
+    "elect_leaders",
+    "elect_returning",
+    "elect_unclean",
+    "imbalanced",
+    "move_off",
+    "no_unclean",
+    "rebalance",
+]
 
 NO_LEADER = -1
 _UNCHANGED = -2
+PREFERRED = 0
+"""ElectLeaders' election types: the preferred replica, if it is in the ISR and live..."""
+UNCLEAN = 1
+"""...or, for a partition without a leader, any live replica (the ISR's first, if any)."""
+MAX_ELECTIONS_PER_REBALANCE = 1000
+"""As Kafka's controller: at most this many preferred elections per commit; the rest next."""
 
 
-def move_off(image: MetadataImage, leaving: set[int]) -> list[PartitionChangeRecord]:
+def no_unclean(_topic: str) -> bool:
+    """The default `unclean` rule: no topic allows unclean elections."""
+    return False
+
+
+def move_off(
+    image: MetadataImage, leaving: set[int], unclean: Callable[[str], bool] = no_unclean
+) -> list[PartitionChangeRecord]:
     """The records that take the brokers `leaving` out of every ISR and give the partitions
-    they led another leader (or none)."""
+    they led another leader: an in-sync replica, or, where `unclean(topic)` allows it
+    (`unclean.leader.election.enable`) and none is left, any live replica, the ISR cut to it;
+    else none."""
     usable = _usable(image) - leaving
     records = []
     for topic in sorted(image.topics.values(), key=lambda t: t.name):
@@ -45,18 +81,41 @@ def move_off(image: MetadataImage, leaving: set[int]) -> list[PartitionChangeRec
             leader = state.leader
             if leader in leaving or leader == NO_LEADER:
                 leader = _first_usable(state, isr, usable)
+                if leader == NO_LEADER and unclean(topic.name):
+                    leader = next((r for r in state.replicas if r in usable), NO_LEADER)
+                    isr = isr if leader == NO_LEADER else (leader,)
             records.append(_change(topic.topic_id, index, state, isr, leader))
     return records
 
 
-def elect_returning(image: MetadataImage, broker_id: int) -> list[PartitionChangeRecord]:
+def elect_returning(
+    image: MetadataImage, broker_id: int, unclean: Callable[[str], bool] = no_unclean
+) -> list[PartitionChangeRecord]:
     """A broker is usable again (unfenced): partitions left without a leader whose ISR has it
-    get it as their leader."""
+    get it as their leader; so do those of topics `unclean` allows, whatever their ISR."""
     records = []
     for topic in sorted(image.topics.values(), key=lambda t: t.name):
         for index, state in sorted(topic.partitions.items()):
-            if state.leader == NO_LEADER and broker_id in state.isr:
+            if state.leader != NO_LEADER or broker_id not in state.replicas:
+                continue
+            if broker_id in state.isr:
                 records.append(_change(topic.topic_id, index, state, state.isr, broker_id))
+            elif unclean(topic.name):
+                records.append(_change(topic.topic_id, index, state, (broker_id,), broker_id))
+    return records
+
+
+def elect_unclean(
+    image: MetadataImage, unclean: Callable[[str], bool]
+) -> list[PartitionChangeRecord]:
+    """The controller's periodic unclean elections (`unclean.leader.election.interval.ms`):
+    every leaderless partition of a topic `unclean` allows gets a live replica, if any."""
+    wanted = [
+        (name, [i for i, state in sorted(topic.partitions.items()) if state.leader == NO_LEADER])
+        for name, topic in sorted(image.topics.items())
+        if unclean(name)
+    ]
+    records, _ = elect_leaders(image, UNCLEAN, [(name, p) for name, p in wanted if p])
     return records
 
 
@@ -175,3 +234,107 @@ def _refusal(
 
 def _answer(error: ErrorCode, state: PartitionState) -> IsrAnswer:
     return IsrAnswer(error, state.leader, state.leader_epoch, state.isr, state.partition_epoch)
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionResult:
+    """One partition of an ElectLeaders answer."""
+
+    topic: str
+    partition: int
+    error: ErrorCode
+    message: str | None = None
+
+
+def elect_leaders(
+    image: MetadataImage, election_type: int, wanted: list[tuple[str, list[int]]] | None
+) -> tuple[list[PartitionChangeRecord], list[ElectionResult]]:
+    """An ElectLeaders request, decided as Kafka's controller does: for each partition asked
+    (every partition of every topic when `wanted` is None, leaving out those already led as
+    asked), the election or why there is none: UNKNOWN_TOPIC_OR_PARTITION, ELECTION_NOT_NEEDED
+    (the preferred replica leads; or, unclean, the partition has a leader),
+    PREFERRED_LEADER_NOT_AVAILABLE (it is out of the ISR or not live),
+    ELIGIBLE_LEADERS_NOT_AVAILABLE (no live replica at all). An unclean election is the
+    operator's explicit choice, so it needs no `unclean.leader.election.enable`."""
+    usable = _usable(image)
+    records: list[PartitionChangeRecord] = []
+    results: list[ElectionResult] = []
+    every = wanted is None
+    if wanted is None:
+        wanted = [(name, sorted(topic.partitions)) for name, topic in sorted(image.topics.items())]
+    for name, partitions in wanted:
+        topic = image.topics.get(name)
+        for index in partitions:
+            state = None if topic is None else topic.partitions.get(index)
+            if topic is None or state is None:
+                results.append(
+                    ElectionResult(
+                        name,
+                        index,
+                        ErrorCode.unknown_topic_or_partition,
+                        f"No such partition as {name}-{index}",
+                    )
+                )
+                continue
+            error, message, change = _elect(state, election_type, usable)
+            if change is not None:
+                records.append(_change(topic.topic_id, index, state, *change))
+            if not (every and error == ErrorCode.election_not_needed):
+                results.append(ElectionResult(name, index, error, message))
+    return records, results
+
+
+def _elect(
+    state: PartitionState, election_type: int, usable: set[int]
+) -> tuple[ErrorCode, str | None, tuple[tuple[int, ...], int] | None]:
+    """(error, message, (isr, leader) to change to or None) for one partition."""
+    if election_type == PREFERRED:
+        preferred = state.replicas[0] if state.replicas else NO_LEADER
+        if state.leader == preferred:
+            return ErrorCode.election_not_needed, None, None
+        if preferred not in state.isr:
+            why = f"the preferred replica {preferred} is not in the ISR {list(state.isr)}"
+            return ErrorCode.preferred_leader_not_available, why, None
+        if preferred not in usable:
+            why = f"the preferred replica {preferred} is not a live broker"
+            return ErrorCode.preferred_leader_not_available, why, None
+        return ErrorCode.none, None, (state.isr, preferred)
+    if state.leader != NO_LEADER:
+        return ErrorCode.election_not_needed, None, None
+    clean = _first_usable(state, state.isr, usable)
+    if clean != NO_LEADER:
+        return ErrorCode.none, None, (state.isr, clean)
+    unclean = next((r for r in state.replicas if r in usable), NO_LEADER)
+    if unclean == NO_LEADER:
+        why = f"none of the replicas {list(state.replicas)} is a live broker"
+        return ErrorCode.eligible_leaders_not_available, why, None
+    return ErrorCode.none, None, ((unclean,), unclean)
+
+
+def imbalanced(image: MetadataImage) -> list[tuple[str, list[int]]]:
+    """The partitions a preferred election would move: led by another replica than their
+    preferred one, which is in the ISR and live."""
+    usable = _usable(image)
+    found = []
+    for name, topic in sorted(image.topics.items()):
+        partitions = [
+            index
+            for index, state in sorted(topic.partitions.items())
+            if state.replicas
+            and state.leader != state.replicas[0]
+            and state.replicas[0] in state.isr
+            and state.replicas[0] in usable
+        ]
+        if partitions:
+            found.append((name, partitions))
+    return found
+
+
+def rebalance(image: MetadataImage) -> list[PartitionChangeRecord]:
+    """`auto.leader.rebalance.enable`'s step, as Kafka's KRaft controller takes it: preferred
+    elections for the imbalanced partitions, at most `MAX_ELECTIONS_PER_REBALANCE`. Kafka's
+    KRaft controller has no imbalance ratio (`leader.imbalance.per.broker.percentage` was the
+    ZooKeeper controller's): any imbalanced partition whose preferred replica can lead is
+    moved, every `leader.imbalance.check.interval.seconds`."""
+    records, _ = elect_leaders(image, PREFERRED, imbalanced(image))
+    return records[:MAX_ELECTIONS_PER_REBALANCE]

@@ -138,6 +138,19 @@ class QuorumStore:
                 f"{self._state_path}: not Kafka's quorum-state JSON: {exc}"
             ) from None
 
+        recorded = state.get("currentVoters")
+        if isinstance(recorded, list) and recorded:
+            voters = sorted(int(voter.get("voterId", -1)) for voter in recorded)
+            if voters != sorted(self._voters):
+                # Kafka's QuorumState refuses this too: a static quorum's voters do not change
+                # by editing the setting, and two voter sets would elect two leaders.
+                raise StorageError(
+                    f"controller.quorum.voters names voters {sorted(self._voters)}, but this "
+                    f"node's metadata log belongs to a quorum of voters {voters} "
+                    f"({self._state_path}): restore the setting, or start the node on empty "
+                    "log dirs"
+                )
+
         def node(key: str) -> int | None:
             value = int(state.get(key, -1))
             return None if value < 0 else value

@@ -108,6 +108,7 @@ def test_only_apis_with_handlers_are_advertised(node: RunningNode) -> None:
         ApiKey.INIT_PRODUCER_ID, ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS,
         ApiKey.DESCRIBE_LOG_DIRS, ApiKey.CREATE_PARTITIONS, ApiKey.DELETE_GROUPS,
         ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.OFFSET_DELETE, ApiKey.DESCRIBE_CLUSTER,
+        ApiKey.ELECT_LEADERS,
     }  # fmt: skip
     assert set(advertised) == served  # nothing without a handler (SASL, Raft, transactions)
     assert advertised == {key: (SUPPORTED[key].min, SUPPORTED[key].max) for key in served}

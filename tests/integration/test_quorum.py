@@ -172,9 +172,9 @@ def test_three_voters_elect_one_leader_and_every_node_applies_what_it_commits(
         time.sleep(0.1)
     else:
         raise AssertionError(f"voters did not catch up: {now}")
-    # Every node names the active controller, so clients send admin writes there...
-    for node in quorum:
-        assert metadata_of(node).controller_id == leader.node
+    # Every node names itself as the controller, as Kafka's brokers name a live broker...
+    for number, node in enumerate(quorum, start=1):
+        assert metadata_of(node).controller_id == number
     # ...and one that is not it forwards them there (KIP-590) rather than refusing them.
     follower = next(n for i, n in enumerate(quorum, start=1) if i != leader.node)
     body = fill(

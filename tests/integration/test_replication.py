@@ -1,11 +1,13 @@
-"""Partition replication on three combined nodes (broker and controller each): followers copy
+"""Partition replication, on three combined nodes (broker and controller each) and on three
+dedicated controllers with three broker-only nodes (every scenario runs on both): followers copy
 their leaders' logs with replica fetches, acks=all is answered once every in-sync replica has
 the batch, only a partition's leader takes produce and consumer fetches, and a follower that
 was down catches up from where its log ends.
 
 Driven by confluent-kafka with `acks=all` and idempotence, as the issue's scenarios are. A leader
 that is stopped or killed hands its partitions to the next in-sync replica; a follower that
-stops fetching leaves the ISR and returns once it has caught up.
+stops fetching leaves the ISR and returns once it has caught up. When the active controller
+dies, another voter takes over and admin requests work again within seconds.
 """
 
 from __future__ import annotations
@@ -18,14 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from broker.protocol import ApiKey, ErrorCode, request_type
 from broker.protocol.records import Record, build_batch
 from tests.integration.clients import QUIET
-from tests.support.nodes import RunningNode, start_quorum, wait_listening
+from tests.support.nodes import Cluster, RunningNode, start_cluster, wait_listening
 from tests.support.requests import fill
 from tests.support.wire import call, now_ms, produce_values
 
@@ -39,16 +41,44 @@ FAST = {
 }
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[RunningNode]]:
-    nodes = start_quorum(tmp_path_factory.mktemp("replication"), 3, FAST)
+TOPOLOGIES = ["combined", "dedicated"]
+"""Three combined nodes; or three dedicated controllers and broker-only nodes."""
+
+
+def _start(
+    tmp: Path,
+    topology: str,
+    settings: dict[str, str],
+    brokers: int = 3,
+    each: dict[int, dict[str, str]] | None = None,
+) -> Cluster:
+    """`brokers` brokers (ids 1..N) once all are registered: combined nodes, or broker-only
+    nodes with three dedicated controllers."""
+    controllers = 0 if topology == "combined" else 3
+    cluster = start_cluster(tmp, brokers, controllers, settings, each=each)
     try:
-        _wait_for_brokers(nodes[0], 3)
-        yield nodes
+        _wait_for_brokers(cluster.brokers[0], brokers)
+    except BaseException:
+        cluster.kill()
+        raise
+    return cluster
+
+
+@pytest.fixture(params=TOPOLOGIES)
+def topology(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(scope="module", params=TOPOLOGIES)
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[list[RunningNode]]:
+    """A cluster shared by the tests that leave it as they found it: its three brokers."""
+    running = _start(tmp_path_factory.mktemp("replication"), str(request.param), FAST)
+    try:
+        yield running.brokers
     finally:
-        for node in nodes:
-            if node.process.poll() is None:
-                node.kill()
+        running.kill()
 
 
 def _bootstrap(nodes: list[RunningNode]) -> str:
@@ -86,6 +116,18 @@ def _partitions_on(node: RunningNode, topic: str) -> int:
         if found.name == topic and found.error_code == ErrorCode.none:
             return sum(1 for p in found.partitions if p.leader_id >= 0)
     return 0
+
+
+def _isr_on(node: RunningNode, topic: str, partition: int) -> set[int]:
+    """The partition's ISR in this node's own metadata."""
+    body = fill(request_type(ApiKey.METADATA, 12), {"topics": None})
+    answer = call(("localhost", node.port), ApiKey.METADATA, 12, body)
+    for found in answer.topics:
+        if found.name == topic:
+            for state in found.partitions:
+                if state.partition_index == partition:
+                    return set(state.isr_nodes)
+    return set()
 
 
 def _leaders(nodes: list[RunningNode], topic: str, timeout: float = 15.0) -> dict[int, int]:
@@ -136,6 +178,16 @@ def _produce(nodes: list[RunningNode], topic: str, count: int, *, acks: str = "a
 
 
 def _read(nodes: list[RunningNode], topic: str, partitions: int, count: int) -> list[bytes]:
+    """Every record's value, from offset 0 of each partition (partition by partition)."""
+    by_partition = _read_partitions(nodes, topic, partitions, count)
+    return [value for values in by_partition.values() for value in values]
+
+
+def _read_partitions(
+    nodes: list[RunningNode], topic: str, partitions: int, count: int
+) -> dict[int, list[bytes]]:
+    """Each partition's values in offset order, read until `count` in all, plus whatever a
+    further short poll finds (there should be none)."""
     consumer = Consumer(
         {
             "bootstrap.servers": _bootstrap(nodes),
@@ -144,17 +196,20 @@ def _read(nodes: list[RunningNode], topic: str, partitions: int, count: int) -> 
             **QUIET,
         }
     )
+    got: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        got: list[bytes] = []
+        seen = 0
         deadline = time.monotonic() + 60
-        while len(got) < count and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                got.append(message.value() or b"")
+        while seen < count and time.monotonic() < deadline:
+            for message in consumer.consume(500, timeout=0.5):
+                if message.error() is None:
+                    got[message.partition() or 0].append(message.value() or b"")
+                    seen += 1
         # Nothing beyond: a short further poll finds no more records.
-        extra = consumer.consume(100, timeout=1.0)
-        got.extend(m.value() or b"" for m in extra if m.error() is None)
+        for message in consumer.consume(100, timeout=1.0):
+            if message.error() is None:
+                got[message.partition() or 0].append(message.value() or b"")
         return got
     finally:
         consumer.close()
@@ -251,7 +306,13 @@ def test_a_follower_killed_and_restarted_catches_up_with_its_leader(
     _wait_for_isrs(cluster, "catch-up", lambda isr: isr == {1, 2, 3}, "the follower rejoins")
 
 
-FAILOVER = FAST | {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
+RECORDS = 30_000
+"""Scenarios (a) and (b): how many records are produced while a leader is stopped."""
+FAILOVER = FAST | {
+    "broker.session.timeout.ms": "3000",
+    "broker.heartbeat.interval.ms": "500",
+    "leader.imbalance.check.interval.seconds": "1",
+}
 
 
 def _produce_while(nodes: list[RunningNode], topic: str, count: int, during: Any) -> list[Any]:
@@ -272,14 +333,16 @@ def _produce_while(nodes: list[RunningNode], topic: str, count: int, during: Any
 
 @pytest.mark.parametrize("how", ["sigterm", "sigkill"])
 def test_a_leader_stopped_mid_produce_loses_no_acknowledged_record(
-    tmp_path: Path, how: str
+    tmp_path: Path, topology: str, how: str
 ) -> None:
-    """SIGTERM: a controlled shutdown moves the node's leaderships first, and producers see
-    no error. SIGKILL: the node's session runs out, it is fenced and the next in-sync replica
-    leads; every record the producer was told is written is read back exactly once."""
-    nodes = start_quorum(tmp_path, 3, FAILOVER)
+    """Scenarios (a), (b) and (d). SIGTERM: a controlled shutdown moves the node's leaderships
+    first, and producers see no error. SIGKILL: the node's session runs out, it is fenced and
+    the next in-sync replica leads; every record the producer was told is written is read back
+    exactly once. Restarted, the node catches up, rejoins the ISRs, and gets its preferred
+    leaderships back."""
+    running = _start(tmp_path, topology, FAILOVER)
+    nodes = running.brokers
     try:
-        _wait_for_brokers(nodes[0], 3)
         _create(nodes, "moving", 3, {"min.insync.replicas": "2"})
         victim = nodes[_leaders(nodes, "moving")[0] - 1]
         survivors = [node for node in nodes if node is not victim]
@@ -290,18 +353,42 @@ def test_a_leader_stopped_mid_produce_loses_no_acknowledged_record(
             else:
                 victim.kill()
 
-        failures = _produce_while(nodes, "moving", 6000, stop)
+        failures = _produce_while(nodes, "moving", RECORDS, stop)
 
         assert failures == []
-        values = _read(survivors, "moving", 3, 6000)
-        assert sorted(values) == sorted(b"v%d" % i for i in range(6000))
+        by_partition = _read_partitions(survivors, "moving", 3, RECORDS)
+        values = [value for values in by_partition.values() for value in values]
+        # Exactly once each, and in the order produced within each partition.
+        assert sorted(values) == sorted(b"v%d" % i for i in range(RECORDS))
+        for partition, found in by_partition.items():
+            numbers = [int(value[1:]) for value in found]
+            assert numbers == sorted(numbers), f"partition {partition} is out of order"
         assert set(_leaders(survivors, "moving").values()) <= {
             i for i, node in enumerate(nodes, 1) if node is not victim
         }
+
+        # Scenario (d): back after a while, it cuts any tail it wrote that the new leaders
+        # never had, copies what they took meanwhile and rejoins every ISR...
+        victim.restart()
+        wait_listening(victim, timeout=30)
+        _wait_for_isrs(nodes, "moving", lambda isr: isr == {1, 2, 3}, "it rejoins every ISR")
+        _wait_for_equal_logs(nodes, "moving", 3)
+        # ...and leads its preferred partitions again (auto.leader.rebalance.enable, checked
+        # every second here).
+        preferred = _preferred_leaders(nodes, "moving")
+        deadline = time.monotonic() + 15
+        while (leaders := _leaders(nodes, "moving")) != preferred:
+            assert time.monotonic() < deadline, f"leaders {leaders}, preferred {preferred}"
+            time.sleep(0.2)
+        assert len(_read(nodes, "moving", 3, RECORDS)) == RECORDS
     finally:
-        for node in nodes:
-            if node.process.poll() is None:
-                node.kill()
+        running.kill()
+
+
+def _preferred_leaders(nodes: list[RunningNode], topic: str) -> dict[int, int]:
+    admin = AdminClient({"bootstrap.servers": _bootstrap(nodes), **QUIET})
+    found = admin.list_topics(topic, timeout=10).topics[topic].partitions
+    return {index: partition.replicas[0] for index, partition in found.items()}
 
 
 def _isrs(nodes: list[RunningNode], topic: str) -> dict[int, set[int]]:
@@ -323,23 +410,22 @@ def _wait_for_isrs(
 
 
 def test_a_stopped_follower_leaves_the_isr_and_returns_once_it_catches_up(
-    tmp_path: Path,
+    tmp_path: Path, topology: str
 ) -> None:
     """SIGSTOP: the follower stops fetching but its broker keeps its registration for a while;
     after `replica.lag.time.max.ms` its leader drops it from the ISR (AlterPartition), and
     acks=all writes go on with `min.insync.replicas=2`. After SIGCONT it catches up and its
     leader adds it back."""
-    nodes = start_quorum(
+    running = _start(
         tmp_path,
-        3,
+        topology,
         FAST | {"replica.lag.time.max.ms": "1500", "broker.session.timeout.ms": "60000"},
     )
+    nodes = running.brokers
     try:
-        _wait_for_brokers(nodes[0], 3)
         _create(nodes, "lagging", 1, {"min.insync.replicas": "2"})
         leader = _leaders(nodes, "lagging")[0]
-        admin = AdminClient({"bootstrap.servers": _bootstrap(nodes), **QUIET})
-        controller = admin.describe_cluster().result(timeout=10).controller.id
+        controller = _active_controller(running)
         number = next(i for i in (1, 2, 3) if i not in (leader, controller))
         stopped = nodes[number - 1]
         _produce(nodes, "lagging", 500)
@@ -355,20 +441,18 @@ def test_a_stopped_follower_leaves_the_isr_and_returns_once_it_catches_up(
         _wait_for_isrs(nodes, "lagging", lambda isr: isr == {1, 2, 3}, "the follower rejoins")
         _wait_for_equal_logs(nodes, "lagging", 1)
     finally:
-        for node in nodes:
-            if node.process.poll() is None:
-                node.kill()
+        running.kill()
 
 
 def test_a_group_and_its_committed_offsets_survive_the_loss_of_its_coordinator(
-    tmp_path: Path,
+    tmp_path: Path, topology: str
 ) -> None:
     """The coordinator is the leader of the group's `__consumer_offsets` partition (RF 3):
     a commit is answered once the ISR has it, and when that node is killed the next leader
     loads the group from its own copy, so the group resumes where it committed."""
-    nodes = start_quorum(tmp_path, 3, FAILOVER | {"offsets.topic.replication.factor": "3"})
+    running = _start(tmp_path, topology, FAILOVER | {"offsets.topic.replication.factor": "3"})
+    nodes = running.brokers
     try:
-        _wait_for_brokers(nodes[0], 3)
         _create(nodes, "orders", 3, {"min.insync.replicas": "2"})
         _produce(nodes, "orders", 300)
 
@@ -413,21 +497,20 @@ def test_a_group_and_its_committed_offsets_survive_the_loss_of_its_coordinator(
         # Resumed at the committed offsets: every record once, none of the first read again.
         assert sorted(seen + rest) == sorted(b"v%d" % i for i in range(300))
     finally:
-        for node in nodes:
-            if node.process.poll() is None:
-                node.kill()
+        running.kill()
 
 
 def test_acks_all_below_min_insync_replicas_is_refused_and_nothing_is_written(
-    tmp_path: Path,
+    tmp_path: Path, topology: str
 ) -> None:
     """Scenario (f), with `min.insync.replicas=2` from server.properties (no topic override):
     both followers of a partition die, their brokers are fenced, the ISR is the leader alone,
-    and acks=all produce gets NOT_ENOUGH_REPLICAS with nothing appended. Five voters, so the
-    quorum outlives the two."""
-    nodes = start_quorum(tmp_path, 5, FAILOVER | {"min.insync.replicas": "2"})
+    and acks=all produce gets NOT_ENOUGH_REPLICAS with nothing appended. Five combined nodes
+    (or three dedicated controllers), so the quorum outlives the two."""
+    brokers = 5 if topology == "combined" else 3
+    running = _start(tmp_path, topology, FAILOVER | {"min.insync.replicas": "2"}, brokers)
+    nodes = running.brokers
     try:
-        _wait_for_brokers(nodes[0], 5)
         _create(nodes, "guarded", 1, {})
         _produce(nodes, "guarded", 10)
         admin = AdminClient({"bootstrap.servers": _bootstrap(nodes), **QUIET})
@@ -437,6 +520,13 @@ def test_acks_all_below_min_insync_replicas_is_refused_and_nothing_is_written(
             nodes[follower - 1].kill()
         alive = [n for i, n in enumerate(nodes, 1) if n.process.poll() is None]
         _wait_for_isrs(alive, "guarded", lambda isr: isr == {leader}, "the ISR shrinks")
+        # The leader itself must have applied it: until then it takes acks=all writes with
+        # the ISR it had, and a write it appends then is refused only after the append
+        # (NOT_ENOUGH_REPLICAS_AFTER_APPEND), its records left in the log, as in Kafka.
+        deadline = time.monotonic() + 15
+        while _isr_on(nodes[leader - 1], "guarded", 0) != {leader}:
+            assert time.monotonic() < deadline, "the leader did not apply its smaller ISR"
+            time.sleep(0.1)
 
         producer = Producer(
             {
@@ -461,18 +551,16 @@ def test_acks_all_below_min_insync_replicas_is_refused_and_nothing_is_written(
         values = _read(alive, "guarded", 1, 10)
         assert sorted(values) == sorted(b"v%d" % i for i in range(10))  # nothing more
     finally:
-        for node in nodes:
-            if node.process.poll() is None:
-                node.kill()
+        running.kill()
 
 
-def test_replicas_spread_over_three_racks(tmp_path: Path) -> None:
+def test_replicas_spread_over_three_racks(tmp_path: Path, topology: str) -> None:
     """Scenario (h): six brokers on three racks; every RF-3 partition has a replica in each
     rack, and leaders are spread over all six brokers."""
     racks = {i: {"broker.rack": f"rack-{(i - 1) % 3}"} for i in range(1, 7)}
-    nodes = start_quorum(tmp_path, 6, FAST, each=racks)
+    running = _start(tmp_path, topology, FAST, 6, each=racks)
+    nodes = running.brokers
     try:
-        _wait_for_brokers(nodes[0], 6)
         _create(nodes, "spread", 12, {})
         admin = AdminClient({"bootstrap.servers": _bootstrap(nodes), **QUIET})
         partitions = admin.list_topics("spread", timeout=10).topics["spread"].partitions
@@ -485,6 +573,68 @@ def test_replicas_spread_over_three_racks(tmp_path: Path) -> None:
         leaders = [p.leader for p in partitions.values()]
         assert sorted(leaders) == sorted(list(range(1, 7)) * 2)
     finally:
-        for node in nodes:
-            if node.process.poll() is None:
-                node.kill()
+        running.kill()
+
+
+def _active_controller(cluster: Cluster) -> int:
+    """The quorum's leader, as it answers DescribeQuorum itself on its controller listener."""
+    body = fill(
+        request_type(ApiKey.DESCRIBE_QUORUM, 2),
+        {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]},
+    )
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        for node in cluster.controllers:
+            if node.process.poll() is not None:
+                continue
+            assert node.controller_port is not None
+            try:
+                answer = call(("localhost", node.controller_port), ApiKey.DESCRIBE_QUORUM, 2, body)
+            except OSError:
+                continue
+            partition = answer.topics[0].partitions[0]
+            if partition.error_code == ErrorCode.none and partition.leader_id == node.node_id:
+                return node.node_id
+        time.sleep(0.1)
+    raise AssertionError("no voter answers DescribeQuorum as the leader")
+
+
+def test_topics_are_created_within_ten_seconds_of_killing_the_active_controller(
+    tmp_path: Path, topology: str
+) -> None:
+    """Scenario (c), with Kafka's default quorum timeouts: the active controller is SIGKILLed
+    (with combined nodes, a broker dies with it); another voter is elected and a client's
+    CreateTopics, sent to the brokers still running and forwarded, succeeds again within
+    10 s of the kill."""
+    running = _start(tmp_path, topology, {})
+    try:
+        active = _active_controller(running)
+        running.node(active).kill()
+        killed_at = time.monotonic()
+        alive = [b for b in running.brokers if b.process.poll() is None]
+        admin = AdminClient({"bootstrap.servers": _bootstrap(alive), **QUIET})
+        attempts: list[str] = []
+        while True:
+            future = admin.create_topics([NewTopic("after", 3, 2)], operation_timeout=5)
+            try:
+                future["after"].result(timeout=10)
+                break
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    break  # an earlier attempt was committed, its answer lost with the leader
+                attempts.append(error.name())
+            assert time.monotonic() - killed_at < 10, f"still refused after 10 s: {attempts}"
+            time.sleep(0.2)
+        elapsed = time.monotonic() - killed_at
+        refusals = f"{len(attempts)} refusals: {sorted(set(attempts))}"
+        assert elapsed < 10, f"created {elapsed:.1f} s after the kill ({refusals})"
+        assert _active_controller(running) != active
+        for broker in alive:
+            deadline = time.monotonic() + 10
+            while _partitions_on(broker, "after") != 3:
+                assert time.monotonic() < deadline, f"'after' did not reach {broker.bootstrap}"
+                time.sleep(0.1)
+        print(f"{topology}: topic created {elapsed:.2f} s after the kill ({refusals})")
+    finally:
+        running.kill()

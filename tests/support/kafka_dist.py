@@ -50,6 +50,7 @@ __all__ = [
     "CONSUMER_PERFORMANCE",
     "DELETE_RECORDS_COMMAND",
     "KAFKA_VERSION",
+    "LEADER_ELECTION_COMMAND",
     "PRODUCER_PERFORMANCE",
     "TOPIC_COMMAND",
     "KafkaBroker",
@@ -62,6 +63,8 @@ __all__ = [
     "run_kafka",
     "run_tool",
     "start_kafka",
+    "start_kafka_cluster",
+    "stop_kafka_cluster",
 ]
 
 KAFKA_VERSION = "4.3.1"
@@ -79,6 +82,7 @@ CONFIG_COMMAND = "kafka.admin.ConfigCommand"
 PRODUCER_PERFORMANCE = "org.apache.kafka.tools.ProducerPerformance"
 CONSUMER_PERFORMANCE = "org.apache.kafka.tools.ConsumerPerformance"
 DELETE_RECORDS_COMMAND = "org.apache.kafka.tools.DeleteRecordsCommand"
+LEADER_ELECTION_COMMAND = "org.apache.kafka.tools.LeaderElectionCommand"
 STORAGE_TOOL = "kafka.tools.StorageTool"
 KAFKA_MAIN = "kafka.Kafka"
 
@@ -383,6 +387,9 @@ class KafkaTools:
     def consumer_perf(self, *args: str, **options: Unpack[RunOptions]) -> ToolResult:
         return self._run(CONSUMER_PERFORMANCE, args, options)
 
+    def leader_election(self, *args: str, **options: Unpack[RunOptions]) -> ToolResult:
+        return self._run(LEADER_ELECTION_COMMAND, args, options)
+
     def _run(self, main_class: str, args: tuple[str, ...], options: RunOptions) -> ToolResult:
         return run_tool(main_class, "--bootstrap-server", self.bootstrap, *args, **options)
 
@@ -399,6 +406,14 @@ class KafkaBroker:
     controller_port: int
     directory: Path
     log: Path
+    heap: str = "512m"
+    node_id: int = 1
+
+    def restart(self, timeout: float = 90.0) -> None:
+        """Start it again on its formatted log dir (after a stop); returns once it serves."""
+        assert self.process.poll() is not None, "Kafka is still running"
+        self.process = _launch(self.directory / "server.properties", self.log, self.heap)
+        _wait_started(self, timeout, already=self.log.read_text(errors="replace").count(_STARTED))
 
     @property
     def bootstrap(self) -> str:
@@ -427,28 +442,18 @@ def _cluster_id() -> str:
             return encoded
 
 
-def start_kafka(
-    directory: Path,
-    extra: Mapping[str, str] | None = None,
-    *,
-    heap: str = "512m",
-    timeout: float = 90.0,
-) -> KafkaBroker:
-    """Format a KRaft log dir under `directory`, start `kafka.Kafka` on two free loopback ports,
-    and return once it logs that it has started (its listeners then serve clients)."""
-    libs = fetch()
-    port = free_port()
-    while (controller_port := free_port()) == port:
-        pass
-    properties = {
+def _kafka_properties(
+    directory: Path, node_id: int, port: int, controller_port: int, voters: str
+) -> dict[str, str]:
+    return {
         "process.roles": "broker,controller",
-        "node.id": "1",
+        "node.id": str(node_id),
         "listeners": f"PLAINTEXT://localhost:{port},CONTROLLER://localhost:{controller_port}",
         "advertised.listeners": f"PLAINTEXT://localhost:{port}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-        "controller.quorum.voters": f"1@localhost:{controller_port}",
+        "controller.quorum.voters": voters,
         "log.dirs": str(directory / "data"),
         "num.partitions": "1",
         "offsets.topic.replication.factor": "1",
@@ -458,16 +463,17 @@ def start_kafka(
         "share.coordinator.state.topic.replication.factor": "1",
         "share.coordinator.state.topic.min.isr": "1",
         "group.initial.rebalance.delay.ms": "0",
-    } | dict(extra or {})
-    config = directory / "server.properties"
-    config.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
-    log_config = libs.parent / "broker-log4j2.properties"
+    }
+
+
+def _format(config: Path, cluster_id: str) -> None:
+    libs = fetch()
     formatted = subprocess.run(
         [
-            *_java(libs, log_config, STORAGE_TOOL, "256m"),
+            *_java(libs, libs.parent / "broker-log4j2.properties", STORAGE_TOOL, "256m"),
             "format",
             "--cluster-id",
-            _cluster_id(),
+            cluster_id,
             "--config",
             str(config),
         ],
@@ -478,9 +484,13 @@ def start_kafka(
     )
     if formatted.returncode != 0:
         raise RuntimeError(f"kafka-storage format failed:\n{formatted.stdout}{formatted.stderr}")
-    log = directory / "kafka.log"
-    with log.open("wb") as output:
-        process = subprocess.Popen(
+
+
+def _launch(config: Path, log: Path, heap: str) -> subprocess.Popen[bytes]:
+    libs = fetch()
+    log_config = libs.parent / "broker-log4j2.properties"
+    with log.open("ab") as output:
+        return subprocess.Popen(
             [
                 *_java(
                     libs, log_config, KAFKA_MAIN, heap, f"-Xms{heap}", "-XX:MaxGCPauseMillis=20"
@@ -491,16 +501,95 @@ def start_kafka(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    broker = KafkaBroker(process, port, controller_port, directory, log)
+
+
+def _wait_started(broker: KafkaBroker, timeout: float, already: int = 0) -> None:
+    """Until the broker's log says it has started (once more than `already` times)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"Kafka exited with {process.returncode}:\n{broker.log_tail()}")
-        if _STARTED in log.read_text(errors="replace"):
-            return broker
+        if broker.process.poll() is not None:
+            raise RuntimeError(
+                f"Kafka exited with {broker.process.returncode}:\n{broker.log_tail()}"
+            )
+        if broker.log.read_text(errors="replace").count(_STARTED) > already:
+            return
         time.sleep(0.2)
     broker.stop()
     raise RuntimeError(f"Kafka did not start within {timeout} s:\n{broker.log_tail()}")
+
+
+def start_kafka(
+    directory: Path,
+    extra: Mapping[str, str] | None = None,
+    *,
+    heap: str = "512m",
+    timeout: float = 90.0,
+) -> KafkaBroker:
+    """Format a KRaft log dir under `directory`, start `kafka.Kafka` on two free loopback ports,
+    and return once it logs that it has started (its listeners then serve clients)."""
+    port = free_port()
+    while (controller_port := free_port()) == port:
+        pass
+    properties = _kafka_properties(
+        directory, 1, port, controller_port, f"1@localhost:{controller_port}"
+    ) | dict(extra or {})
+    config = directory / "server.properties"
+    config.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
+    _format(config, _cluster_id())
+    log = directory / "kafka.log"
+    broker = KafkaBroker(_launch(config, log, heap), port, controller_port, directory, log, heap)
+    _wait_started(broker, timeout)
+    return broker
+
+
+def stop_kafka_cluster(brokers: list[KafkaBroker], timeout: float = 15.0) -> None:
+    """SIGTERM every node at once (stopped one by one, the last ones wait for a quorum that
+    has gone), then SIGKILL what has not exited within `timeout`."""
+    for broker in brokers:
+        if broker.process.poll() is None:
+            broker.process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for broker in brokers:
+        try:
+            broker.process.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            broker.process.kill()
+            broker.process.wait()
+
+
+def start_kafka_cluster(
+    directory: Path,
+    count: int = 3,
+    extra: Mapping[str, str] | None = None,
+    *,
+    heap: str = "384m",
+    timeout: float = 120.0,
+) -> list[KafkaBroker]:
+    """`count` combined Kafka nodes (node ids 1..count, voters of one quorum), each in
+    `directory/kafka-<id>`; returns once every one has started. The caller stops them."""
+    ports = [(free_port(), free_port()) for _ in range(count)]
+    voters = ",".join(f"{i}@localhost:{c}" for i, (_, c) in enumerate(ports, start=1))
+    cluster_id = _cluster_id()
+    brokers: list[KafkaBroker] = []
+    try:
+        for node_id, (port, controller_port) in enumerate(ports, start=1):
+            home = directory / f"kafka-{node_id}"
+            home.mkdir(parents=True, exist_ok=True)
+            properties = _kafka_properties(home, node_id, port, controller_port, voters)
+            config = home / "server.properties"
+            config.write_text(
+                "".join(f"{k}={v}\n" for k, v in (properties | dict(extra or {})).items())
+            )
+            _format(config, cluster_id)
+            log = home / "kafka.log"
+            process = _launch(config, log, heap)
+            brokers.append(KafkaBroker(process, port, controller_port, home, log, heap, node_id))
+        for broker in brokers:
+            _wait_started(broker, timeout)
+    except BaseException:
+        stop_kafka_cluster(brokers)
+        raise
+    return brokers
 
 
 @contextlib.contextmanager

@@ -1,10 +1,10 @@
 """Real `gregor broker` processes for integration tests.
 
-What it owns: writing a single-node `server.properties` on a temporary directory (or three
-for a quorum of combined nodes), starting `gregor broker` on a free port and waiting until it
-listens, stopping it (SIGTERM) or killing it
-(SIGKILL), and a start that must be refused. The broker's output goes to `broker.log` next to
-its data, never to a pipe nobody drains (a full pipe would stall the broker mid-test).
+What it owns: writing a single-node `server.properties` on a temporary directory (or one per
+node of a cluster: combined nodes, or dedicated controllers and broker-only nodes), starting
+`gregor broker` on a free port and waiting until it listens, stopping it (SIGTERM) or killing
+it (SIGKILL), and a start that must be refused. The broker's output goes to `broker.log` next
+to its data, never to a pipe nobody drains (a full pipe would stall the broker mid-test).
 """
 
 from __future__ import annotations
@@ -22,11 +22,13 @@ from pathlib import Path
 
 __all__ = [
     "QUORUM_CLUSTER_ID",
+    "Cluster",
     "RunningNode",
     "free_port",
     "refused_start",
     "run_node",
     "spawn_node",
+    "start_cluster",
     "start_node",
     "start_quorum",
     "wait_listening",
@@ -46,6 +48,7 @@ class RunningNode:
     config: Path
     controller_port: int | None = None
     cluster_id: str | None = None
+    node_id: int = 1
 
     def restart(self) -> None:
         """Start the node again on the same directory and settings (after a stop or kill);
@@ -188,15 +191,15 @@ def start_quorum(
         )
         if spawn is not None and i + 1 not in spawn:
             continue
-        nodes.append(
-            spawn_node(
-                directory,
-                properties,
-                port,
-                cluster_id=cluster_ids.get(i + 1, QUORUM_CLUSTER_ID),
-                controller_port=controller_port,
-            )
+        node = spawn_node(
+            directory,
+            properties,
+            port,
+            cluster_id=cluster_ids.get(i + 1, QUORUM_CLUSTER_ID),
+            controller_port=controller_port,
         )
+        node.node_id = i + 1
+        nodes.append(node)
     if spawn is not None:
         return nodes
     try:
@@ -208,6 +211,107 @@ def start_quorum(
             node.kill()
         raise
     return nodes
+
+
+@dataclass
+class Cluster:
+    """A running cluster: `brokers[i]` is broker `i + 1`; `controllers` are the voters of its
+    metadata quorum (the brokers themselves when they are combined nodes)."""
+
+    brokers: list[RunningNode]
+    controllers: list[RunningNode]
+
+    @property
+    def nodes(self) -> list[RunningNode]:
+        """Every process of the cluster, once each."""
+        return self.brokers + [c for c in self.controllers if c not in self.brokers]
+
+    def broker(self, node_id: int) -> RunningNode:
+        return next(b for b in self.brokers if b.node_id == node_id)
+
+    def node(self, node_id: int) -> RunningNode:
+        return next(n for n in self.nodes if n.node_id == node_id)
+
+    def kill(self) -> None:
+        """SIGKILL every process still running (a test's cleanup)."""
+        for node in self.nodes:
+            if node.process.poll() is None:
+                node.kill()
+
+
+def start_cluster(
+    tmp: Path,
+    brokers: int = 3,
+    controllers: int = 0,
+    extra: dict[str, str] | None = None,
+    *,
+    each: dict[int, dict[str, str]] | None = None,
+) -> Cluster:
+    """`brokers` brokers (node ids 1..N) of one cluster; returns once each serves clients.
+    With `controllers` 0 they are combined nodes, voters of the metadata quorum themselves
+    (`start_quorum`); otherwise the quorum is that many dedicated controllers
+    (`process.roles=controller`, node ids N+1..N+C) and the brokers are broker-only nodes,
+    observers of its log. `each` adds settings to one node, by node id."""
+    if controllers == 0:
+        nodes = start_quorum(tmp, brokers, extra, each=each)
+        return Cluster(nodes, nodes)
+    ids = range(brokers + 1, brokers + controllers + 1)
+    controller_ports = {node_id: free_port() for node_id in ids}
+    voters = ",".join(f"{i}@localhost:{port}" for i, port in controller_ports.items())
+    common = {
+        "controller.listener.names": "CONTROLLER",
+        "controller.quorum.voters": voters,
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "5",
+        "group.initial.rebalance.delay.ms": "0",
+    }
+    started: list[RunningNode] = []
+    try:
+        for node_id, port in controller_ports.items():
+            directory = tmp / f"controller-{node_id}"
+            directory.mkdir(parents=True, exist_ok=True)
+            properties = (
+                common
+                | {
+                    "process.roles": "controller",
+                    "node.id": str(node_id),
+                    "listeners": f"CONTROLLER://localhost:{port}",
+                    "log.dirs": str(directory / "logs"),
+                }
+                | (extra or {})
+                | (each or {}).get(node_id, {})
+            )
+            node = spawn_node(
+                directory, properties, port, cluster_id=QUORUM_CLUSTER_ID, controller_port=port
+            )
+            node.node_id = node_id
+            started.append(node)
+        for node_id in range(1, brokers + 1):
+            directory = tmp / f"node-{node_id}"
+            directory.mkdir(parents=True, exist_ok=True)
+            port = free_port()
+            properties = (
+                common
+                | {
+                    "process.roles": "broker",
+                    "node.id": str(node_id),
+                    "listeners": f"PLAINTEXT://localhost:{port}",
+                    "log.dirs": str(directory / "logs"),
+                }
+                | (extra or {})
+                | (each or {}).get(node_id, {})
+            )
+            node = spawn_node(directory, properties, port, cluster_id=QUORUM_CLUSTER_ID)
+            node.node_id = node_id
+            started.append(node)
+        for node in started:
+            wait_listening(node, timeout=30)
+    except BaseException:
+        for node in started:
+            if node.process.poll() is None:
+                node.kill()
+        raise
+    return Cluster(started[controllers:], started[:controllers])
 
 
 QUORUM_CLUSTER_ID = "GregorQuorumTestsA1b2C3"

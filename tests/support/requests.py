@@ -127,6 +127,11 @@ TEMPLATES: dict[ApiKey, Template] = {
         "timeout": timedelta(seconds=30),
         "validate_only": True,
     },
+    ApiKey.ELECT_LEADERS: lambda v, topic_id: {
+        "election_type": v % 2,  # preferred and unclean, both not needed on one node
+        "topic_partitions": [{"topic": TOPIC, "partitions": [0]}],
+        "timeout": timedelta(seconds=30),
+    },
     ApiKey.DELETE_RECORDS: lambda v, topic_id: {
         "topics": [{"name": TOPIC, "partitions": [{"partition_index": 0, "offset": 0}]}],
         "timeout": timedelta(seconds=30),

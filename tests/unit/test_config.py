@@ -101,6 +101,42 @@ def test_broker_level_log_settings_become_topic_defaults_with_kafkas_precedence(
             {"controller.quorum.voters": "1@h:9093,2@h:9094,3@h:9095"},
             "controller.listener.names",
         ),
+        ({"process.roles": "controller"}, "controller.quorum.voters"),
+        (
+            {
+                "process.roles": "controller",
+                "controller.quorum.voters": "1@h:9093",
+                "controller.listener.names": "CONTROLLER",
+                "listeners": "CONTROLLER://:9093,PLAINTEXT://:9092",
+            },
+            "not on PLAINTEXT",
+        ),
+        (
+            {
+                "process.roles": "broker",
+                "node.id": "4",
+                "controller.quorum.voters": "1@h:9093",
+                "listeners": "PLAINTEXT://:9092",
+            },
+            "controller.listener.names",
+        ),
+        (
+            {
+                "process.roles": "broker",
+                "node.id": "4",
+                "controller.quorum.voters": "1@h:9093",
+                "controller.listener.names": "CONTROLLER",
+                "listeners": "PLAINTEXT://:9092,CONTROLLER://:9093",
+            },
+            "CONTROLLER is a controller listener",
+        ),
+        (
+            {
+                "listeners": "INTERNAL://:9092",
+                "listener.security.protocol.map": "INTERNAL:PLAINTEXT",
+            },
+            "inter.broker.listener.name",
+        ),
         ({"log.retention.hours": "soon"}, "log.retention.hours"),
         ({"log.cleanup.policy": "shred"}, "log.cleanup.policy"),
         ({"max.connections": "-1"}, "max.connections"),
@@ -114,6 +150,18 @@ def test_invalid_values_name_the_key(properties: dict[str, str], key: str) -> No
     with pytest.raises(InvalidConfig) as caught:
         BrokerConfig.from_properties(properties)
     assert key in str(caught.value)
+
+
+def test_dedicated_controllers_and_broker_only_nodes_are_valid() -> None:
+    voters = {"controller.quorum.voters": "1@h:9093", "controller.listener.names": "CONTROLLER"}
+    controller = BrokerConfig.from_properties(
+        voters | {"process.roles": "controller", "listeners": "CONTROLLER://:9093"}
+    )
+    broker = BrokerConfig.from_properties(
+        voters | {"process.roles": "broker", "node.id": "4", "listeners": "PLAINTEXT://:9092"}
+    )
+    assert controller.process_roles == frozenset({"controller"})
+    assert broker.process_roles == frozenset({"broker"})
 
 
 def test_unknown_names_are_kept_not_refused() -> None:

@@ -1,13 +1,26 @@
 """Leaders and ISRs as brokers come and go (the active controller's decisions): a fenced broker
 or one shutting down leads nothing and leaves every ISR, its partitions led by the next in-sync
 replica; the last in-sync replica stays, leaderless, and leads again when its broker returns.
-A leader changes its ISR with AlterPartition, checked as Kafka checks it."""
+A leader changes its ISR with AlterPartition, checked as Kafka checks it. Preferred elections
+(asked for with ElectLeaders, or the controller's rebalance) give a partition back to its first
+replica once it is in sync; unclean ones give a leaderless partition any live replica."""
 
 from __future__ import annotations
 
 from broker.metadata.brokers import Heartbeat, fence, heartbeat
 from broker.metadata.controller import QuorumController, TopicRequest
-from broker.metadata.elections import IsrChange, alter_isr
+from broker.metadata.elections import (
+    MAX_ELECTIONS_PER_REBALANCE,
+    PREFERRED,
+    UNCLEAN,
+    IsrChange,
+    alter_isr,
+    elect_leaders,
+    elect_returning,
+    elect_unclean,
+    imbalanced,
+    rebalance,
+)
 from broker.metadata.image import PartitionState
 from broker.protocol import ErrorCode
 from tests.unit.metadata.test_brokers import Cluster
@@ -174,3 +187,175 @@ def test_a_fenced_broker_cannot_join_an_isr() -> None:
     grow = _isr_change(cluster, 0, (*state.isr, other))
     _, _, [answer] = alter_isr(cluster.image, leader, epoch, [grow])
     assert answer.error == ErrorCode.ineligible_replica
+
+
+def _back_in_sync(cluster: Cluster, broker_id: int) -> None:
+    """Broker `broker_id` returns (unfenced) and every leader adds it to its ISR again."""
+    _heartbeat(cluster, broker_id)
+    for index, state in _partitions(cluster).items():
+        if broker_id in state.isr or state.leader < 0:
+            continue
+        leader_epoch = cluster.image.brokers[state.leader].epoch
+        change = _isr_change(cluster, index, (*state.isr, broker_id))
+        records, _, [answer] = alter_isr(cluster.image, state.leader, leader_epoch, [change])
+        assert answer.error == ErrorCode.none
+        cluster.commit(records)
+
+
+def test_a_preferred_election_gives_partitions_back_to_their_first_replica() -> None:
+    cluster = _cluster()
+    preferred = {i: s.replicas[0] for i, s in _partitions(cluster).items()}
+    assert all(s.leader == preferred[i] for i, s in _partitions(cluster).items())
+    cluster.commit(fence(cluster.image, [1]))
+    moved = [i for i, s in _partitions(cluster).items() if preferred[i] == 1]
+    assert moved
+    assert all(_partitions(cluster)[i].leader != 1 for i in moved)
+
+    # Back, but not yet in sync: its partitions cannot have it yet.
+    _heartbeat(cluster, 1)
+    records, results = elect_leaders(cluster.image, PREFERRED, [("t", moved)])
+    assert records == []
+    assert {r.error for r in results} == {ErrorCode.preferred_leader_not_available}
+    assert all("not in the ISR" in (r.message or "") for r in results)
+    assert imbalanced(cluster.image) == []
+
+    _back_in_sync(cluster, 1)
+    assert imbalanced(cluster.image) == [("t", moved)]
+    before = _partitions(cluster)
+    records, results = elect_leaders(cluster.image, PREFERRED, [("t", [0, 1, 2])])
+    cluster.commit(records)
+    after = _partitions(cluster)
+    for result in results:
+        index = result.partition
+        if index in moved:
+            assert result.error == ErrorCode.none
+            assert after[index].leader == 1
+            assert after[index].leader_epoch == before[index].leader_epoch + 1
+            assert after[index].isr == before[index].isr
+        else:
+            assert result.error == ErrorCode.election_not_needed
+            assert after[index] == before[index]
+    assert imbalanced(cluster.image) == []
+
+
+def test_electing_every_partition_reports_only_those_not_already_led_as_asked() -> None:
+    cluster = _cluster()
+    cluster.commit(fence(cluster.image, [2]))
+    _back_in_sync(cluster, 2)
+    records, results = elect_leaders(cluster.image, PREFERRED, None)
+    led_by_two = [i for i, s in _partitions(cluster).items() if s.replicas[0] == 2]
+    assert [(r.topic, r.partition, r.error) for r in results] == [
+        ("t", i, ErrorCode.none) for i in led_by_two
+    ]
+    assert len(records) == len(led_by_two)
+
+
+def test_unknown_partitions_and_a_dead_preferred_replica_are_named() -> None:
+    cluster = _cluster()
+    cluster.commit(fence(cluster.image, [3]))
+    on_three = next(i for i, s in _partitions(cluster).items() if s.replicas[0] == 3)
+    # Fenced: out of the ISR, so not available, whatever the ISR would say.
+    _, results = elect_leaders(cluster.image, PREFERRED, [("t", [on_three, 7]), ("nope", [0])])
+    assert [(r.topic, r.partition, r.error) for r in results] == [
+        ("t", on_three, ErrorCode.preferred_leader_not_available),
+        ("t", 7, ErrorCode.unknown_topic_or_partition),
+        ("nope", 0, ErrorCode.unknown_topic_or_partition),
+    ]
+    assert results[1].message == "No such partition as t-7"
+
+
+def test_an_unclean_election_gives_a_leaderless_partition_a_live_replica() -> None:
+    cluster = _cluster()
+    for broker_id in (2, 3, 1):
+        cluster.commit(fence(cluster.image, [broker_id]))
+    assert all(s.leader == -1 and s.isr == (1,) for s in _partitions(cluster).values())
+    _, results = elect_leaders(cluster.image, UNCLEAN, [("t", [0])])
+    assert results[0].error == ErrorCode.eligible_leaders_not_available
+
+    _heartbeat(cluster, 3)  # not in sync: only an unclean election can pick it
+    records, results = elect_leaders(cluster.image, UNCLEAN, [("t", [0, 1, 2])])
+    assert {r.error for r in results} == {ErrorCode.none}
+    cluster.commit(records)
+    for state in _partitions(cluster).values():
+        assert (state.leader, state.isr) == (3, (3,))
+    _, results = elect_leaders(cluster.image, UNCLEAN, [("t", [0])])
+    assert results[0].error == ErrorCode.election_not_needed
+
+
+def test_a_rebalance_is_bounded_per_step() -> None:
+    cluster = Cluster()
+    for broker_id in (1, 2):
+        epoch = cluster.register(broker_id, now=0)
+        cluster.commit(
+            heartbeat(
+                cluster.image, cluster.sessions, Heartbeat(broker_id, epoch, epoch), now_ms=0
+            )[0]
+        )
+    controller = QuorumController(cluster.image, num_partitions=1, replication_factor=2)
+    count = 2 * MAX_ELECTIONS_PER_REBALANCE + 100  # half of them preferred on broker 1
+    records, _ = controller.create_topics(
+        [TopicRequest("many", num_partitions=count, replication_factor=2)]
+    )
+    cluster.commit(records)
+    cluster.commit(fence(cluster.image, [1]))
+    _heartbeat(cluster, 1)
+    partitions = cluster.image.topics["many"].partitions
+    for index, state in partitions.items():
+        if 1 not in state.isr:
+            epoch = cluster.image.brokers[state.leader].epoch
+            change = IsrChange(
+                cluster.image.topics["many"].topic_id,
+                index,
+                state.leader_epoch,
+                state.partition_epoch,
+                tuple((b, cluster.image.brokers[b].epoch) for b in (*state.isr, 1)),
+            )
+            cluster.commit(alter_isr(cluster.image, state.leader, epoch, [change])[0])
+    waiting = sum(len(p) for _, p in imbalanced(cluster.image))
+    assert waiting > MAX_ELECTIONS_PER_REBALANCE
+    first = rebalance(cluster.image)
+    assert len(first) == MAX_ELECTIONS_PER_REBALANCE
+    cluster.commit(first)
+    cluster.commit(rebalance(cluster.image))
+    assert imbalanced(cluster.image) == []
+
+
+def _allowed(topic: str) -> bool:
+    return topic == "t"
+
+
+def test_unclean_leader_election_enable_lets_an_out_of_sync_replica_lead() -> None:
+    """Where the topic allows it: the last in-sync replica's fencing hands its partitions to
+    a live replica out of the ISR (its ISR is cut to it), and a replica returning to a
+    leaderless partition leads it at once; elsewhere they stay leaderless."""
+    cluster = _cluster()
+    cluster.commit(fence(cluster.image, [2]))
+    cluster.commit(fence(cluster.image, [3]))
+    _heartbeat(cluster, 3)  # back, out of every ISR
+    cluster.commit(fence(cluster.image, [1], _allowed))
+    for state in _partitions(cluster).values():
+        assert (state.leader, state.isr) == (3, (3,))
+
+    other = _cluster()
+    other.commit(fence(other.image, [2]))
+    other.commit(fence(other.image, [3]))
+    other.commit(fence(other.image, [1], _allowed))
+    assert all(s.leader == -1 and s.isr == (1,) for s in _partitions(other).values())
+    _heartbeat(other, 2)  # unfenced without the rule: still leaderless
+    assert all(s.leader == -1 for s in _partitions(other).values())
+    records = elect_unclean(other.image, _allowed)
+    other.commit(records)
+    for state in _partitions(other).values():
+        assert (state.leader, state.isr) == (2, (2,))
+    assert elect_unclean(other.image, _allowed) == []
+
+
+def test_a_returning_replica_leads_a_leaderless_partition_only_where_unclean_is_allowed() -> None:
+    cluster = _cluster()
+    for broker_id in (2, 3, 1):
+        cluster.commit(fence(cluster.image, [broker_id]))
+    assert elect_returning(cluster.image, 2) == []
+    records = elect_returning(cluster.image, 2, _allowed)
+    cluster.commit(records)
+    for state in _partitions(cluster).values():
+        assert (state.leader, state.isr) == (2, (2,))

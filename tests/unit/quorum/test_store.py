@@ -68,6 +68,19 @@ def test_election_and_entries_survive_a_restart(tmp_path: Path) -> None:
     assert state["currentVoters"] == [{"voterId": 1}, {"voterId": 2}, {"voterId": 3}]
 
 
+def test_a_log_of_another_voter_set_is_refused_naming_both(tmp_path: Path) -> None:
+    """A node restarted with other voters (a combined cluster's data dir reused under
+    dedicated controllers, a voter list edited) would join a second quorum with a log of the
+    first: refused, as Kafka's QuorumState refuses it."""
+    store = _store(tmp_path)
+    store.save_election(ElectionState(2, voted_for=1, leader=1))
+    store.close(1)
+    with pytest.raises(StorageError, match=r"voters \[4, 5, 6\].*quorum of voters \[1, 2, 3\]"):
+        _store(tmp_path, voters=(4, 5, 6)).load(2)
+    # The same voters in another order are the same quorum.
+    assert _store(tmp_path, voters=(3, 1, 2)).load(3).election.epoch == 2
+
+
 def test_entries_are_kafka_batches_with_the_epoch_and_a_leader_change_control_batch(
     tmp_path: Path,
 ) -> None:
