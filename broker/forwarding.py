@@ -37,9 +37,12 @@ FORWARDED_APIS = frozenset(
         ApiKey.INCREMENTAL_ALTER_CONFIGS,
         ApiKey.INIT_PRODUCER_ID,
         ApiKey.ELECT_LEADERS,
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+        ApiKey.LIST_PARTITION_REASSIGNMENTS,
     }
 )
-"""The requests whose answer is the active controller's: they write metadata."""
+"""The requests whose answer is the active controller's: they write metadata (or, for
+ListPartitionReassignments, read what it has committed)."""
 BROKER_PRINCIPAL = b"gregor-broker"
 """An Envelope's principal when a broker sends a request on its own behalf."""
 ENVELOPE_VERSION = 0

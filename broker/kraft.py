@@ -43,7 +43,13 @@ from broker.metadata.elections import (
     elect_unclean,
     rebalance,
 )
-from broker.metadata.image import BROKER_RESOURCE, Change
+from broker.metadata.image import BROKER_RESOURCE, Change, PartitionState
+from broker.metadata.reassignments import (
+    Reassignment,
+    ReassignmentResult,
+    alter_reassignments,
+    ongoing,
+)
 from broker.metadata.records import decode_record, encode_record
 from broker.protocol.errors import ErrorCode
 from broker.quorum import NotController, QuorumDriver, QuorumStore
@@ -233,6 +239,24 @@ class MetadataService:
             return elect_leaders(self.image, election_type, wanted)
 
         return await self.propose(decide)
+
+    async def alter_reassignments(self, wanted: list[Reassignment]) -> list[ReassignmentResult]:
+        """An AlterPartitionReassignments request, decided and committed here (the active
+        controller)."""
+
+        def decide(
+            _: QuorumController,
+        ) -> tuple[Sequence[MetadataRecord], list[ReassignmentResult]]:
+            return alter_reassignments(self.image, wanted)
+
+        return await self.propose(decide)
+
+    async def list_reassignments(
+        self, wanted: list[tuple[str, list[int]]] | None
+    ) -> list[tuple[str, int, PartitionState]]:
+        """A ListPartitionReassignments request, answered by the active controller from what
+        it has committed (as Kafka's, so that a broker behind the log never answers stale)."""
+        return await self.propose(lambda _: ((), ongoing(self.image, wanted)))
 
     async def _propose_at(self, decide: Callable[[int], tuple[Sequence[MetadataRecord], T]]) -> T:
         """As `propose`, for records that name their own offset (a broker's epoch is the

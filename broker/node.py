@@ -204,8 +204,8 @@ class Node:
             assert self.metrics is not None
             dispatcher.observer = self.metrics.request_done
         self.server = BrokerServer(self.config, dispatcher)
-        self._apply_connection_limits()
-        metadata.subscribers.append(self._follow_connection_limits)
+        self._apply_broker_configs()
+        metadata.subscribers.append(self._follow_broker_configs)
         bound = await self.server.start(serve=False)
         by_name = {b.name: b for b in bound}
         for listener in self.config.advertised:
@@ -270,9 +270,30 @@ class Node:
             return None
         return (config.controller_listener_names[0], voter[0], voter[1])
 
-    def _follow_connection_limits(self, change: Change) -> None:
+    def _follow_broker_configs(self, change: Change) -> None:
         if isinstance(change, ConfigChanged) and change.resource_type == BROKER_RESOURCE:
-            self._apply_connection_limits()
+            self._apply_broker_configs()
+
+    def _apply_broker_configs(self) -> None:
+        """The dynamic broker configs this node acts on as they change."""
+        self._apply_connection_limits()
+        self._apply_replication_throttles()
+
+    def _apply_replication_throttles(self) -> None:
+        """`leader.replication.throttled.rate` and `follower.replication.throttled.rate`, in
+        bytes per second: this broker's dynamic value over every broker's; unset, no limit."""
+        assert self.metadata is not None
+        assert self.replicas is not None
+        dynamic = self.metadata.cluster_dynamic_configs | self.metadata.broker_dynamic_configs
+        for name, quota in (
+            ("leader.replication.throttled.rate", self.replicas.leader_quota),
+            ("follower.replication.throttled.rate", self.replicas.follower_quota),
+        ):
+            value = dynamic.get(name)
+            try:
+                quota.limit = None if value is None else float(int(value))
+            except ValueError:
+                log.warning("%s=%r not applied: not a number of bytes", name, value)
 
     def _apply_connection_limits(self) -> None:
         """`max.connections`, `max.connections.per.ip` and its overrides, dynamic as in Kafka:
@@ -442,7 +463,9 @@ class Node:
                 await asyncio.sleep(ISR_RETRY_BACKOFF_S)
                 continue
             error = answered[1][0].error if answered[1] else answered[0]
-            if error != ErrorCode.none:
+            # NEW_LEADER_ELECTED: committed, and it completed a reassignment that moved the
+            # leadership away; the metadata tells the rest.
+            if error not in (ErrorCode.none, ErrorCode.new_leader_elected):
                 log.info(
                     "the controller did not change the ISR of %s-%d to %s: %s",
                     partition.topic,

@@ -18,6 +18,7 @@ from . import (
     list_offsets,
     metadata,
     produce,
+    reassignments,
     topics,
 )
 from .context import NodeState
@@ -55,6 +56,8 @@ HANDLED_APIS: frozenset[ApiKey] = frozenset(
         ApiKey.OFFSET_DELETE,
         ApiKey.DESCRIBE_CLUSTER,
         ApiKey.ELECT_LEADERS,
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+        ApiKey.LIST_PARTITION_REASSIGNMENTS,
     }
 )
 """The APIs a node has handlers for, known without a node: `gregor api-versions` prints their
@@ -90,13 +93,22 @@ def build_dispatcher(state: NodeState) -> Dispatcher:
     handlers[ApiKey.DELETE_TOPICS] = topics.DeleteTopics(state)
     handlers[ApiKey.CREATE_PARTITIONS] = topics.CreatePartitions(state)
     handlers[ApiKey.DESCRIBE_CONFIGS] = configs.DescribeConfigs(state)
-    handlers[ApiKey.ALTER_CONFIGS] = configs.AlterConfigs(state)
-    handlers[ApiKey.INCREMENTAL_ALTER_CONFIGS] = configs.IncrementalAlterConfigs(state)
+    alter = handlers[ApiKey.ALTER_CONFIGS] = configs.AlterConfigs(state)
+    incremental = handlers[ApiKey.INCREMENTAL_ALTER_CONFIGS] = configs.IncrementalAlterConfigs(
+        state
+    )
+    # A broker's own configs are changed through that broker: checked before forwarding.
+    dispatcher.forward_checks[ApiKey.ALTER_CONFIGS] = alter.before_forwarding
+    dispatcher.forward_checks[ApiKey.INCREMENTAL_ALTER_CONFIGS] = incremental.before_forwarding
     handlers[ApiKey.DESCRIBE_CLUSTER] = cluster.DescribeCluster(state)
     handlers[ApiKey.DESCRIBE_LOG_DIRS] = cluster.DescribeLogDirs(state)
     handlers[ApiKey.DELETE_RECORDS] = cluster.DeleteRecords(state)
     handlers[ApiKey.INIT_PRODUCER_ID] = InitProducerId(state)
     handlers[ApiKey.ELECT_LEADERS] = elections.ElectLeaders(state)
+    handlers[ApiKey.ALTER_PARTITION_REASSIGNMENTS] = reassignments.AlterPartitionReassignments(
+        state
+    )
+    handlers[ApiKey.LIST_PARTITION_REASSIGNMENTS] = reassignments.ListPartitionReassignments(state)
     error_responders = groups.register(handlers, state.groups, state)
     dispatcher.register(handlers, error_responders)
     if dispatcher.handled_api_keys != HANDLED_APIS:

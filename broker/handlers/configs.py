@@ -9,6 +9,7 @@ through the controller and reach the partition logs and the connection limits on
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from broker.config import BrokerConfig
@@ -20,7 +21,7 @@ from broker.metadata.broker_configs import (
 )
 from broker.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
 from broker.protocol import ApiKey, ErrorCode, ResponseBody, build, response_module
-from broker.server import RequestContext
+from broker.server import RequestContext, SendOn
 
 from .context import NO_THROTTLE, NodeState
 
@@ -202,7 +203,11 @@ class _Alter:
                 )
                 return ([] if request.validate_only else records), outcome
 
-            refused = self._other_broker(resource.resource_type, resource.resource_name)
+            refused = (
+                None
+                if context.forwarded  # the broker that forwarded it checked this
+                else self._other_broker(resource.resource_type, resource.resource_name)
+            )
             if refused is not None:
                 outcome = Outcome(ErrorCode.invalid_request, refused)
             else:
@@ -223,6 +228,51 @@ class _Alter:
         )
         response: ResponseBody = build(
             response_type, throttle_time=NO_THROTTLE, responses=tuple(responses)
+        )
+        return response
+
+    async def before_forwarding(
+        self, context: RequestContext, request: Any, send_on: SendOn
+    ) -> ResponseBody | None:
+        """The `ForwardCheck` of a broker that is not the active controller: the resources
+        that name another broker are refused here (only that broker knows they are its own),
+        the others go on to the controller, and the answer keeps the request's order."""
+        refusals = [
+            self._other_broker(resource.resource_type, resource.resource_name)
+            for resource in request.resources
+        ]
+        if all(refusal is None for refusal in refusals):
+            return None  # forwarded as it came
+        schema = response_module(self.api_key, context.header.api_version)
+        kept = [r for r, refusal in zip(request.resources, refusals, strict=True) if not refusal]
+        answered: Any = None
+        if kept:
+            answered = await send_on(dataclasses.replace(request, resources=tuple(kept)))
+            if answered is None:
+                return None  # this node decides after all: its handler checks the same
+        controller_answers = iter(() if answered is None else answered.responses)
+        responses = []
+        for resource, refusal in zip(request.resources, refusals, strict=True):
+            if refusal is None:
+                responses.append(next(controller_answers))
+                continue
+            responses.append(
+                build(
+                    schema.AlterConfigsResourceResponse,
+                    error_code=ErrorCode.invalid_request,
+                    error_message=refusal,
+                    resource_type=resource.resource_type,
+                    resource_name=resource.resource_name,
+                )
+            )
+        response_type = (
+            schema.IncrementalAlterConfigsResponse
+            if self.incremental
+            else schema.AlterConfigsResponse
+        )
+        throttle = NO_THROTTLE if answered is None else answered.throttle_time
+        response: ResponseBody = build(
+            response_type, throttle_time=throttle, responses=tuple(responses)
         )
         return response
 

@@ -10,6 +10,7 @@ layer's parsing for the settings it owns, so one set of rules decides what is va
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -60,8 +61,20 @@ class ConfigSource(enum.IntEnum):
 Validator = Callable[[str, str], None]
 
 
-def _no_check(key: str, value: str) -> None:
-    return None
+_REPLICA = re.compile(r"\s*\d+\s*:\s*\d+\s*")
+
+
+def _throttled_replicas(key: str, value: str) -> None:
+    """Kafka's ThrottledReplicaListValidator: `*`, or `partition:broker` pairs (or nothing)."""
+    if value.strip() in ("", "*"):
+        return
+    if not all(_REPLICA.fullmatch(pair) for pair in value.split(",")):
+        raise InvalidConfig(
+            key,
+            value,
+            f"{key} must be the literal '*' or a list of replicas in the following format: "
+            "[partitionId]:[brokerId],[partitionId]:[brokerId],...",
+        )
 
 
 def _one_of(*choices: str) -> Validator:
@@ -298,7 +311,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             ConfigType.LIST,
             "",
             None,
-            _no_check,
+            _throttled_replicas,
             "Replicas whose leader-side replication is throttled.",
         ),
         ConfigDef(
@@ -306,7 +319,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             ConfigType.LIST,
             "",
             None,
-            _no_check,
+            _throttled_replicas,
             "Replicas whose follower-side replication is throttled.",
         ),
     )

@@ -2,7 +2,8 @@
 (Kafka's ReplicationControlManager on a broker fenced, unfenced or in controlled shutdown).
 
 Also a leader's requests to change its ISR (AlterPartition, `alter_isr`): followers that lag
-leave it, followers that caught up join it. And elections asked for (ElectLeaders,
+leave it, followers that caught up join it (and complete a reassignment once all of its
+target is in sync). And elections asked for (ElectLeaders,
 `elect_leaders`) or due (`rebalance`, `auto.leader.rebalance.enable`): a partition's preferred
 replica, the first of its assignment, leads it again once it is back in the ISR; an unclean
 election gives a leaderless partition any live replica.
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from broker.protocol.errors import ErrorCode
 
 from .image import MetadataImage, PartitionState
+from .reassignments import complete_if_done
 from .records import PartitionChangeRecord
 
 __all__ = [
@@ -69,7 +71,7 @@ def move_off(
     they led another leader: an in-sync replica, or, where `unclean(topic)` allows it
     (`unclean.leader.election.enable`) and none is left, any live replica, the ISR cut to it;
     else none."""
-    usable = _usable(image) - leaving
+    usable = image.usable_broker_ids() - leaving
     records = []
     for topic in sorted(image.topics.values(), key=lambda t: t.name):
         for index, state in sorted(topic.partitions.items()):
@@ -117,14 +119,6 @@ def elect_unclean(
     ]
     records, _ = elect_leaders(image, UNCLEAN, [(name, p) for name, p in wanted if p])
     return records
-
-
-def _usable(image: MetadataImage) -> set[int]:
-    return {
-        broker.broker_id
-        for broker in image.brokers.values()
-        if not broker.fenced and not broker.in_controlled_shutdown
-    }
 
 
 def _first_usable(state: PartitionState, isr: tuple[int, ...], usable: set[int]) -> int:
@@ -176,7 +170,7 @@ def alter_isr(
     registered = image.brokers.get(broker_id)
     if registered is None or registered.epoch != broker_epoch:
         return [], ErrorCode.stale_broker_epoch, []
-    usable = _usable(image)
+    usable = image.usable_broker_ids()
     records: list[PartitionChangeRecord] = []
     answers = []
     for change in changes:
@@ -196,10 +190,17 @@ def alter_isr(
         if isr == state.isr:
             answers.append(_answer(ErrorCode.none, state))
             continue
-        records.append(_change(change.topic_id, change.partition, state, isr, state.leader))
+        record = complete_if_done(image, change.topic_id, change.partition, state, isr)
+        records.append(record)
+        if record.leader != _UNCHANGED:
+            # The ISR completed a reassignment that took the leader off the partition: the
+            # leader learns of its successor from the metadata (Kafka's answer too).
+            answers.append(IsrAnswer(ErrorCode.new_leader_elected))
+            continue
+        new_isr = isr if record.isr is None else record.isr
         answers.append(
             IsrAnswer(
-                ErrorCode.none, state.leader, state.leader_epoch, isr, state.partition_epoch + 1
+                ErrorCode.none, state.leader, state.leader_epoch, new_isr, state.partition_epoch + 1
             )
         )
     return records, ErrorCode.none, answers
@@ -256,7 +257,7 @@ def elect_leaders(
     PREFERRED_LEADER_NOT_AVAILABLE (it is out of the ISR or not live),
     ELIGIBLE_LEADERS_NOT_AVAILABLE (no live replica at all). An unclean election is the
     operator's explicit choice, so it needs no `unclean.leader.election.enable`."""
-    usable = _usable(image)
+    usable = image.usable_broker_ids()
     records: list[PartitionChangeRecord] = []
     results: list[ElectionResult] = []
     every = wanted is None
@@ -314,7 +315,7 @@ def _elect(
 def imbalanced(image: MetadataImage) -> list[tuple[str, list[int]]]:
     """The partitions a preferred election would move: led by another replica than their
     preferred one, which is in the ISR and live."""
-    usable = _usable(image)
+    usable = image.usable_broker_ids()
     found = []
     for name, topic in sorted(image.topics.items()):
         partitions = [

@@ -90,6 +90,19 @@ class PartitionState:
     leader: int
     leader_epoch: int
     partition_epoch: int
+    adding: tuple[int, ...] = ()
+    """Replicas a reassignment adds: they catch up before the `removing` ones go (KIP-455)."""
+    removing: tuple[int, ...] = ()
+    """Replicas a reassignment removes once every replica of its target is in the ISR."""
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding or self.removing)
+
+    @property
+    def target(self) -> tuple[int, ...]:
+        """The replicas the partition will have once its reassignment, if any, completes."""
+        return tuple(r for r in self.replicas if r not in self.removing)
 
 
 @dataclass(slots=True)
@@ -177,6 +190,8 @@ class MetadataImage:
                         leader=p.leader,
                         leader_epoch=p.leader_epoch,
                         partition_epoch=p.partition_epoch,
+                        removing_replicas=p.removing,
+                        adding_replicas=p.adding,
                     )
                 )
         for (resource_type, resource_name), entries in sorted(self.configs.items()):
@@ -233,6 +248,8 @@ class MetadataImage:
                 leader=record.leader,
                 leader_epoch=record.leader_epoch,
                 partition_epoch=record.partition_epoch,
+                adding=record.adding_replicas,
+                removing=record.removing_replicas,
             )
             topic.partitions[record.partition_id] = state
             return PartitionChanged(topic, record.partition_id, state)
@@ -247,6 +264,10 @@ class MetadataImage:
                 leader=old.leader if record.leader == -2 else record.leader,
                 leader_epoch=old.leader_epoch + 1 if leader_changed else old.leader_epoch,
                 partition_epoch=old.partition_epoch + 1,
+                adding=old.adding if record.adding_replicas is None else record.adding_replicas,
+                removing=(
+                    old.removing if record.removing_replicas is None else record.removing_replicas
+                ),
             )
             topic.partitions[record.partition_id] = state
             return PartitionChanged(topic, record.partition_id, state)
@@ -314,6 +335,14 @@ class MetadataImage:
             if found is not None and found.epoch == record.broker_epoch:
                 del self.brokers[record.broker_id]
                 self._registrations.pop(record.broker_id, None)
+
+    def usable_broker_ids(self) -> set[int]:
+        """Brokers that may lead and join ISRs: registered, unfenced, not shutting down."""
+        return {
+            broker.broker_id
+            for broker in self.brokers.values()
+            if not broker.fenced and not broker.in_controlled_shutdown
+        }
 
     @property
     def live_brokers(self) -> list[BrokerState]:

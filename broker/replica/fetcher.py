@@ -37,6 +37,8 @@ __all__ = ["FetcherSettings", "ReplicaFetchers"]
 log = logging.getLogger(__name__)
 
 FETCH_VERSION = 17
+THROTTLE_BACKOFF_S = 0.1
+"""How long a partition over the follower throttle is left out of the fetches."""
 _RETRIABLE = (
     ErrorCode.not_leader_or_follower,
     ErrorCode.fenced_leader_epoch,
@@ -163,8 +165,14 @@ class ReplicaFetchers:
                 fetcher.changed.clear()
                 request = self._request(fetcher)
                 if request is None:
-                    # Nothing to ask now: wait for a held partition's backoff, or for a change.
-                    await self._pause(fetcher, until_changed=not fetcher.held_until)
+                    # Nothing to ask now: wait for a change, or until the first held
+                    # partition may be asked again.
+                    first = min(fetcher.held_until.values(), default=None)
+                    await self._pause(
+                        fetcher,
+                        until_changed=first is None,
+                        at_most=None if first is None else max(0.0, first - time.monotonic()),
+                    )
                     continue
                 body, sent = request
                 try:
@@ -190,8 +198,13 @@ class ReplicaFetchers:
                 with contextlib.suppress(Exception):
                     await peer.close()
 
-    async def _pause(self, fetcher: _Fetcher, *, until_changed: bool = False) -> None:
+    async def _pause(
+        self, fetcher: _Fetcher, *, until_changed: bool = False, at_most: float | None = None
+    ) -> None:
+        """Until the partitions change, or the backoff (or `at_most` seconds) is over."""
         timeout = None if until_changed else self._settings.backoff_ms / 1000
+        if at_most is not None and timeout is not None:
+            timeout = min(timeout, at_most)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(fetcher.changed.wait(), timeout)
 
@@ -211,6 +224,8 @@ class ReplicaFetchers:
         now = time.monotonic()
         by_topic: dict[Any, list[Any]] = {}
         sent: dict[tuple[Any, int], Partition] = {}
+        for key in [k for k in fetcher.held_until if k not in fetcher.partitions]:
+            del fetcher.held_until[key]  # no longer followed from this leader
         for key in sorted(fetcher.partitions):
             if fetcher.held_until.get(key, 0.0) > now:
                 continue
@@ -218,6 +233,10 @@ class ReplicaFetchers:
             found = self._replicas.partitions.get(key)
             topic = image.topics.get(key[0])
             if found is None or topic is None or found.is_leader:
+                continue
+            if self._replicas.follower_throttled(found):
+                # Over `follower.replication.throttled.rate`: it waits, the others go on.
+                fetcher.held_until[key] = now + THROTTLE_BACKOFF_S
                 continue
             if found.log.appending:
                 # Its last write as leader is still on a thread: the log is not to change
@@ -304,9 +323,9 @@ class ReplicaFetchers:
         if diverging is not None and diverging.epoch >= 0 and diverging.end_offset >= 0:
             self._truncate_diverged(partition, diverging.epoch, diverging.end_offset)
             return
-        result = self._replicas.append_from_leader(
-            partition, _whole_batches(bytes(answer.records or b"")), answer.high_watermark
-        )
+        records = _whole_batches(bytes(answer.records or b""))
+        self._replicas.follower_took(partition, len(records))
+        result = self._replicas.append_from_leader(partition, records, answer.high_watermark)
         if result.error != ErrorCode.none:
             log.error(
                 "cannot append %s-%d as a follower at offset %d: %s %s",

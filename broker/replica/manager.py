@@ -48,6 +48,8 @@ from broker.storage import (
     StorageError,
 )
 
+from .quota import ALL_PARTITIONS, ReplicationQuota, throttled_partitions
+
 __all__ = [
     "EARLIEST_LOCAL_TIMESTAMP",
     "EARLIEST_PENDING_UPLOAD_TIMESTAMP",
@@ -233,6 +235,12 @@ class ReplicaManager:
         """`replica.lag.time.max.ms`: an in-sync follower that has not fetched up to the log
         end for this long leaves the ISR."""
         self._steady = steady_ms
+        self.leader_quota = ReplicationQuota()
+        """`leader.replication.throttled.rate`: what this leader sends to throttled replicas
+        that are catching up (`broker.replica.quota`)."""
+        self.follower_quota = ReplicationQuota()
+        """`follower.replication.throttled.rate`: what this follower fetches for its throttled
+        replicas while they are out of the ISR."""
 
     def now_ms(self) -> int:
         return self._clock()
@@ -643,11 +651,50 @@ class ReplicaManager:
             return result
         self.follower_fetched(partition, replica_id, offset)
         result.high_watermark = partition.high_watermark
+        throttled = (
+            self.leader_quota.limit is not None
+            and replica_id not in partition.state.isr
+            and self._throttled(partition, "leader.replication.throttled.replicas")
+        )
+        now = self._steady() / 1000
+        if throttled and self.leader_quota.exceeded(now):
+            return result  # nothing for it this time (Kafka's shouldLeaderThrottle)
         try:
             result.records = log_.read(offset, max_bytes, min_one_batch=min_one_batch)
         except OffsetOutOfRange:
             result.error = ErrorCode.offset_out_of_range
+        if throttled and result.records is not None:
+            self.leader_quota.record(result.records.size, now)
         return result
+
+    def _throttled(self, partition: Partition, setting: str) -> bool:
+        """Whether the topic's `setting` (`leader.` or `follower.replication.throttled.
+        replicas`) throttles this partition's replica on this broker."""
+        value = self.image.topic_config(partition.topic).get(setting)
+        if not value:
+            return False
+        throttled = throttled_partitions(value, self.node_id)
+        return throttled is ALL_PARTITIONS or partition.index in throttled
+
+    def follower_throttled(self, partition: Partition) -> bool:
+        """As a follower: hold this partition out of the next fetch (Kafka's
+        shouldFollowerThrottle): it is out of the ISR, throttled, and over the rate."""
+        return (
+            self.follower_quota.limit is not None
+            and self.node_id not in partition.state.isr
+            and self._throttled(partition, "follower.replication.throttled.replicas")
+            and self.follower_quota.exceeded(self._steady() / 1000)
+        )
+
+    def follower_took(self, partition: Partition, size: int) -> None:
+        """As a follower: `size` bytes fetched for `partition` count against the follower
+        rate if the partition is throttled and out of the ISR."""
+        if (
+            self.follower_quota.limit is not None
+            and self.node_id not in partition.state.isr
+            and self._throttled(partition, "follower.replication.throttled.replicas")
+        ):
+            self.follower_quota.record(size, self._steady() / 1000)
 
     def follower_fetched(self, partition: Partition, replica_id: int, offset: int) -> None:
         """A follower fetched from `offset`: it has everything before it."""

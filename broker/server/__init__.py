@@ -5,7 +5,15 @@ order. What it must never do: interpret a request body; handlers do that.
 """
 
 from .connection import parked
-from .dispatcher import CloseConnection, Dispatcher, ErrorResponder, Handler, RequestContext
+from .dispatcher import (
+    CloseConnection,
+    Dispatcher,
+    ErrorResponder,
+    ForwardCheck,
+    Handler,
+    RequestContext,
+    SendOn,
+)
 from .server import BoundListener, BrokerServer
 
 __all__ = [
@@ -14,7 +22,9 @@ __all__ = [
     "CloseConnection",
     "Dispatcher",
     "ErrorResponder",
+    "ForwardCheck",
     "Handler",
     "RequestContext",
+    "SendOn",
     "parked",
 ]

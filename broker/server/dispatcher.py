@@ -41,6 +41,8 @@ from broker.protocol import (
     ResponseBody,
     UnsupportedVersion,
     decode_request,
+    decode_response,
+    encode_request,
     encode_response,
     unsupported_version_answer,
 )
@@ -50,11 +52,13 @@ __all__ = [
     "Answer",
     "CloseConnection",
     "Dispatcher",
+    "ForwardCheck",
     "Forwarder",
     "Frame",
     "Handler",
     "RequestContext",
     "RequestObserver",
+    "SendOn",
 ]
 
 log = logging.getLogger(__name__)
@@ -78,6 +82,9 @@ class RequestContext:
     from_broker: bool = False
     """Sent by a broker of this cluster on its own behalf (forwarded in an Envelope by the
     broker itself, not a client's request): it may create internal topics."""
+    forwarded: bool = False
+    """Forwarded here by the broker the client sent it to, which made the checks that are
+    that broker's (see `ForwardCheck`)."""
 
 
 Answer = ResponseBody | FetchResponse
@@ -96,6 +103,14 @@ node knows better, e.g. KAFKA_STORAGE_ERROR for a failed disk)."""
 Forwarder = Callable[[bytes, str], Awaitable[bytes | None]]
 """(request frame, client address) → the response frame from the node that handled it, or
 None to handle it here."""
+SendOn = Callable[[Any], Awaitable[Any]]
+"""Sends a request body, in the client's header, where `Dispatcher.forwarder` sends frames:
+the active controller's response body, or None when the request is to be handled here."""
+ForwardCheck = Callable[[RequestContext, Any, SendOn], Awaitable[Answer | None]]
+"""What the broker a client sent a forwarded API to decides itself before the active
+controller does (Kafka's ConfigAdminManager.preprocess: a broker's own configs are changed
+through that broker): the whole answer, having sent on (`SendOn`) what is the controller's
+to decide, or None to forward the request as it came."""
 RequestObserver = Callable[[Request, Answer | None, int], None]
 """Called once per decoded request: the request, its response body, nanoseconds it took."""
 
@@ -121,6 +136,8 @@ class Dispatcher:
         self.forwarder: Forwarder | None = None
         self.forwarded_apis: frozenset[int] = frozenset()
         """The API keys `forwarder` is offered (checked before anything is copied)."""
+        self.forward_checks: dict[int, ForwardCheck] = {}
+        """Forwarded APIs this node checks before it forwards them (decoded here first)."""
 
     def register(
         self,
@@ -150,12 +167,11 @@ class Dispatcher:
         answered by the active controller; `forward=False` handles it here whatever this node
         is (a request that was forwarded to it already).
         """
-        if (
-            forward
-            and self.forwarder is not None
-            and len(frame) >= 2
-            and int.from_bytes(frame[:2], "big", signed=True) in self.forwarded_apis
-        ):
+        api_key = int.from_bytes(frame[:2], "big", signed=True) if len(frame) >= 2 else -1
+        forwarding = forward and self.forwarder is not None and api_key in self.forwarded_apis
+        if forwarding and api_key not in self.forward_checks:
+            forwarding = False
+            assert self.forwarder is not None
             forwarded = await self.forwarder(bytes(frame), client_address)
             if forwarded is not None:
                 return forwarded
@@ -178,7 +194,13 @@ class Dispatcher:
             raise CloseConnection(
                 f"no handler for API key {request.header.api_key}: it is not advertised"
             )
-        context = RequestContext(request.header, listener, client_address, from_broker)
+        context = RequestContext(
+            request.header, listener, client_address, from_broker, forwarded=not forward
+        )
+        if forwarding:
+            checked = await self._checked_forward(context, request, bytes(frame))
+            if checked is not None:
+                return checked
         started = time.perf_counter_ns()
         body: Answer | None = None
         try:
@@ -202,6 +224,27 @@ class Dispatcher:
         finally:
             if self.observer is not None:
                 self.observer(request, body, time.perf_counter_ns() - started)
+
+    async def _checked_forward(
+        self, context: RequestContext, request: Request, frame: bytes
+    ) -> Frame | None:
+        """A forwarded API with a `ForwardCheck`: its answer, the check's or the active
+        controller's; None to handle it here (this node is the active controller, or none can
+        be reached)."""
+        assert self.forwarder is not None
+        forwarder = self.forwarder
+        header = request.header
+
+        async def send_on(body: Any) -> Any:
+            answer = await forwarder(encode_request(header, body)[4:], context.client_address)
+            if answer is None:
+                return None
+            return decode_response(header.api_key, header.api_version, answer[4:])[1]
+
+        checked = await self.forward_checks[header.api_key](context, request.body, send_on)
+        if checked is not None:
+            return _encode(header, checked)
+        return await forwarder(frame, context.client_address)
 
     def _error_body(self, request: Request, exc: Exception) -> ResponseBody:
         header = request.header

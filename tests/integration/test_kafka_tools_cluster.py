@@ -1,17 +1,21 @@
 """Apache Kafka's tools that act on a cluster of brokers, against three combined Gregor nodes
 and against three Apache Kafka nodes (4.3.1): the Kafka run proves the scenario and the
 harness right. kafka-topics --describe shows each partition's leader, replicas and ISR;
-kafka-leader-election moves leaderships back to the preferred replicas."""
+kafka-leader-election moves leaderships back to the preferred replicas; kafka-reassign-partitions
+moves a partition under a replication throttle."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, Producer
 
 from tests.support.kafka_dist import (
     KafkaTools,
@@ -148,3 +152,149 @@ def test_leader_election_moves_leaders_back_to_their_preferred_replicas(
         refused.value
     )
     assert "UnknownTopicOrPartitionException" in str(refused.value)
+
+
+RECORDS = 4000
+RECORD = b"r" * 1024
+
+
+def _produce(bootstrap: str, topic: str, count: int) -> None:
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5}
+    )
+    failures: list[str] = []
+
+    def delivered(error: Any, _message: Any) -> None:
+        if error is not None:
+            failures.append(str(error))
+
+    for number in range(count):
+        producer.produce(topic, RECORD, key=str(number).encode(), on_delivery=delivered)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    assert failures == []
+
+
+def _read_back(bootstrap: str, topic: str, count: int) -> list[bytes]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"read-{topic}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    keys: list[bytes] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(keys) < count and time.monotonic() < deadline:
+            message = consumer.poll(1)
+            if message is not None and message.error() is None:
+                keys.append(message.key() or b"")
+    finally:
+        consumer.close()
+    return keys
+
+
+def _reassignment(topic: str, replicas: list[int]) -> str:
+    return json.dumps(
+        {"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": replicas}]}
+    )
+
+
+def test_a_throttled_reassignment_moves_a_partition_and_loses_nothing(
+    cluster: ToolCluster, tmp_path: Path
+) -> None:
+    tools = KafkaTools(cluster.bootstrap)
+    tools.topics("--create", "--topic", "moving", "--replica-assignment", "1:2")
+    _wait_until(tools, "moving", lambda d: d[0][2] == {1, 2}, "both replicas in sync")
+    _produce(cluster.bootstrap, "moving", RECORDS)
+
+    to_move = tmp_path / "to-move.json"
+    to_move.write_text(json.dumps({"version": 1, "topics": [{"topic": "moving"}]}))
+    generated = tools.reassign_partitions(
+        "--generate", "--topics-to-move-json-file", str(to_move), "--broker-list", "2,3"
+    )
+    assert "Current partition replica assignment" in generated.stdout
+    assert '"replicas":[1,2]' in generated.stdout
+    assert "Proposed partition reassignment configuration" in generated.stdout
+
+    plan = tmp_path / "plan.json"
+    plan.write_text(_reassignment("moving", [2, 3]))
+    executed = tools.reassign_partitions(
+        "--execute", "--reassignment-json-file", str(plan), "--throttle", "1"
+    )
+    assert "Successfully started partition reassignment for moving-0" in executed.stdout
+
+    # One byte per second: the new replica cannot catch up, so the move stays under way.
+    listed = tools.reassign_partitions("--list").stdout
+    assert "moving-0: replicas: 2,3,1. adding: 3. removing: 1." in listed, listed
+    in_progress = tools.reassign_partitions("--verify", "--reassignment-json-file", str(plan))
+    assert "Reassignment of partition moving-0 is still in progress." in in_progress.stdout
+    time.sleep(3)
+    assert _describe(tools, "moving")[0][1] == [2, 3, 1]  # still moving
+
+    # The throttle raised, the move completes, and --verify clears the throttles.
+    tools.reassign_partitions(
+        "--execute",
+        "--reassignment-json-file",
+        str(plan),
+        "--additional",
+        "--throttle",
+        "100000000",
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        verified = tools.reassign_partitions(
+            "--verify", "--reassignment-json-file", str(plan)
+        ).stdout
+        if "Reassignment of partition moving-0 is completed." in verified:
+            break
+        assert time.monotonic() < deadline, verified
+        time.sleep(1)
+    assert "Clearing broker-level throttles on brokers 1,2,3" in verified
+    assert "Clearing topic-level throttles on topic moving" in verified
+    assert "No partition reassignments found." in tools.reassign_partitions("--list").stdout
+    described = _wait_until(tools, "moving", lambda d: d[0][2] == {2, 3}, "the new ISR")
+    assert described[0][1] == [2, 3]
+    for broker in (1, 2, 3):
+        configs = tools.configs(
+            "--describe", "--entity-type", "brokers", "--entity-name", str(broker)
+        ).stdout
+        assert "replication.throttled.rate" not in configs, configs
+    topic_configs = tools.configs(
+        "--describe", "--entity-type", "topics", "--entity-name", "moving"
+    )
+    assert "throttled.replicas" not in topic_configs.stdout, topic_configs.stdout
+
+    keys = _read_back(cluster.bootstrap, "moving", RECORDS)
+    assert keys == [str(number).encode() for number in range(RECORDS)]
+
+
+def test_log_dirs_and_api_versions_answer_for_every_broker(cluster: ToolCluster) -> None:
+    tools = KafkaTools(cluster.bootstrap)
+    tools.topics("--create", "--topic", "dirs", "--partitions", "2", "--replication-factor", "3")
+    _wait_until(tools, "dirs", lambda d: all(p[2] == {1, 2, 3} for p in d.values()), "in sync")
+    _produce(cluster.bootstrap, "dirs", 100)
+
+    described = tools.log_dirs("--describe", "--topic-list", "dirs").stdout
+    assert "Received log directory information from brokers 1,2,3" in described, described
+    report = json.loads(described.strip().splitlines()[-1])
+    sizes: dict[int, dict[str, int]] = {}
+    for broker in report["brokers"]:
+        for directory in broker["logDirs"]:
+            assert directory["error"] is None, directory
+            for partition in directory["partitions"]:
+                sizes.setdefault(broker["broker"], {})[partition["partition"]] = partition["size"]
+    # Every broker holds both partitions, every record replicated (1 KiB each, so > 100 KiB).
+    assert set(sizes) == {1, 2, 3}
+    for held in sizes.values():
+        assert set(held) == {"dirs-0", "dirs-1"}
+        assert sum(held.values()) > 100 * 1024, sizes
+
+    versions = tools.broker_api_versions().stdout
+    for broker in (1, 2, 3):
+        assert f"(id: {broker} rack: " in versions, versions
+    # Each broker's line for Produce: the versions it serves, and that the tool will use.
+    assert len(re.findall(r"Produce\(0\): \d+ to 13 \[usable: 13\]", versions)) == 3, versions

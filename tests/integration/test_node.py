@@ -108,7 +108,8 @@ def test_only_apis_with_handlers_are_advertised(node: RunningNode) -> None:
         ApiKey.INIT_PRODUCER_ID, ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS,
         ApiKey.DESCRIBE_LOG_DIRS, ApiKey.CREATE_PARTITIONS, ApiKey.DELETE_GROUPS,
         ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.OFFSET_DELETE, ApiKey.DESCRIBE_CLUSTER,
-        ApiKey.ELECT_LEADERS,
+        ApiKey.ELECT_LEADERS, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+        ApiKey.LIST_PARTITION_REASSIGNMENTS,
     }  # fmt: skip
     assert set(advertised) == served  # nothing without a handler (SASL, Raft, transactions)
     assert advertised == {key: (SUPPORTED[key].min, SUPPORTED[key].max) for key in served}

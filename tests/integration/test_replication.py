@@ -638,3 +638,85 @@ def test_topics_are_created_within_ten_seconds_of_killing_the_active_controller(
         print(f"{topology}: topic created {elapsed:.2f} s after the kill ({refusals})")
     finally:
         running.kill()
+
+
+def _alter_broker_configs(
+    node: RunningNode, changes: list[tuple[str, str | None]], name: str
+) -> list[tuple[str, ErrorCode, str | None]]:
+    """IncrementalAlterConfigs sent to `node`: `name` set (or deleted, for None) on each
+    broker resource of `changes`; (resource name, error, message) per resource."""
+    body = fill(
+        request_type(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1),
+        {
+            "resources": [
+                {
+                    "resource_type": 4,
+                    "resource_name": resource,
+                    "configs": [
+                        {
+                            "name": name,
+                            "config_operation": 0 if value is not None else 1,
+                            "value": value,
+                        }
+                    ],
+                }
+                for resource, value in changes
+            ],
+            "validate_only": False,
+        },
+    )
+    answer = call(("localhost", node.port), ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, body)
+    return [(r.resource_name, r.error_code, r.error_message) for r in answer.responses]
+
+
+def _broker_config(node: RunningNode, broker_id: int, name: str) -> str | None:
+    body = fill(
+        request_type(ApiKey.DESCRIBE_CONFIGS, 4),
+        {
+            "resources": [
+                {"resource_type": 4, "resource_name": str(broker_id), "configuration_keys": [name]}
+            ],
+            "include_synonyms": False,
+            "include_documentation": False,
+        },
+    )
+    answer = call(("localhost", node.port), ApiKey.DESCRIBE_CONFIGS, 4, body)
+    found = [c.value for c in answer.results[0].configs if c.name == name]
+    return found[0] if found else None
+
+
+def test_broker_configs_are_changed_through_their_own_broker_whichever_leads_the_quorum(
+    cluster: list[RunningNode],
+) -> None:
+    """Kafka's clients send a broker's configs to that broker, which forwards them to the
+    active controller: each broker takes its own (wherever the quorum's leader is) and
+    refuses, by name, another broker's in the same request, whose other resources still go
+    through."""
+    name = "leader.replication.throttled.rate"
+    try:
+        for node in cluster:
+            own, other = str(node.node_id), str(node.node_id % 3 + 1)
+            answers = _alter_broker_configs(
+                node, [(other, "7"), (own, f"{node.node_id}000"), ("x", "7")], name
+            )
+            assert answers == [
+                (
+                    other,
+                    ErrorCode.invalid_request,
+                    f"Unexpected broker id, expected {own}, but received {other}",
+                ),
+                (own, ErrorCode.none, None),
+                (
+                    "x",
+                    ErrorCode.invalid_request,
+                    "Node id must be an integer, but it is: x",
+                ),
+            ]
+        for node in cluster:
+            deadline = time.monotonic() + 10
+            while _broker_config(node, node.node_id, name) != f"{node.node_id}000":
+                assert time.monotonic() < deadline, f"{name} of {node.node_id} not set"
+                time.sleep(0.1)
+    finally:
+        for node in cluster:
+            _alter_broker_configs(node, [(str(node.node_id), None)], name)

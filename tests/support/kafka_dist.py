@@ -43,6 +43,7 @@ from typing import TypedDict, Unpack
 from tests.support.nodes import free_port
 
 __all__ = [
+    "BROKER_API_VERSIONS_COMMAND",
     "CONFIG_COMMAND",
     "CONSOLE_CONSUMER",
     "CONSOLE_PRODUCER",
@@ -51,7 +52,9 @@ __all__ = [
     "DELETE_RECORDS_COMMAND",
     "KAFKA_VERSION",
     "LEADER_ELECTION_COMMAND",
+    "LOG_DIRS_COMMAND",
     "PRODUCER_PERFORMANCE",
+    "REASSIGN_PARTITIONS_COMMAND",
     "TOPIC_COMMAND",
     "KafkaBroker",
     "KafkaTools",
@@ -83,6 +86,9 @@ PRODUCER_PERFORMANCE = "org.apache.kafka.tools.ProducerPerformance"
 CONSUMER_PERFORMANCE = "org.apache.kafka.tools.ConsumerPerformance"
 DELETE_RECORDS_COMMAND = "org.apache.kafka.tools.DeleteRecordsCommand"
 LEADER_ELECTION_COMMAND = "org.apache.kafka.tools.LeaderElectionCommand"
+REASSIGN_PARTITIONS_COMMAND = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
+LOG_DIRS_COMMAND = "org.apache.kafka.tools.LogDirsCommand"
+BROKER_API_VERSIONS_COMMAND = "org.apache.kafka.tools.BrokerApiVersionsCommand"
 STORAGE_TOOL = "kafka.tools.StorageTool"
 KAFKA_MAIN = "kafka.Kafka"
 
@@ -389,6 +395,15 @@ class KafkaTools:
 
     def leader_election(self, *args: str, **options: Unpack[RunOptions]) -> ToolResult:
         return self._run(LEADER_ELECTION_COMMAND, args, options)
+
+    def reassign_partitions(self, *args: str, **options: Unpack[RunOptions]) -> ToolResult:
+        return self._run(REASSIGN_PARTITIONS_COMMAND, args, options)
+
+    def log_dirs(self, *args: str, **options: Unpack[RunOptions]) -> ToolResult:
+        return self._run(LOG_DIRS_COMMAND, args, options)
+
+    def broker_api_versions(self, *args: str, **options: Unpack[RunOptions]) -> ToolResult:
+        return self._run(BROKER_API_VERSIONS_COMMAND, args, options)
 
     def _run(self, main_class: str, args: tuple[str, ...], options: RunOptions) -> ToolResult:
         return run_tool(main_class, "--bootstrap-server", self.bootstrap, *args, **options)

@@ -132,6 +132,15 @@ TEMPLATES: dict[ApiKey, Template] = {
         "topic_partitions": [{"topic": TOPIC, "partitions": [0]}],
         "timeout": timedelta(seconds=30),
     },
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: lambda v, topic_id: {
+        # The partition's own replica (node 1) again: nothing to move on one node.
+        "topics": [{"name": TOPIC, "partitions": [{"partition_index": 0, "replicas": [1]}]}],
+        "timeout": timedelta(seconds=30),
+    },
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: lambda v, topic_id: {
+        "topics": None,
+        "timeout": timedelta(seconds=30),
+    },
     ApiKey.DELETE_RECORDS: lambda v, topic_id: {
         "topics": [{"name": TOPIC, "partitions": [{"partition_index": 0, "offset": 0}]}],
         "timeout": timedelta(seconds=30),

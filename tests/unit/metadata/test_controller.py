@@ -192,6 +192,12 @@ def test_incremental_and_replacing_config_changes() -> None:
         (TOPIC_RESOURCE, "t", ConfigOp("retention.ms", 0, "soon"), "invalid_config"),
         (TOPIC_RESOURCE, "t", ConfigOp("bogus", 0, "1"), "invalid_config"),
         (TOPIC_RESOURCE, "t", ConfigOp("retention.ms", 2, "1"), "invalid_config"),
+        (
+            TOPIC_RESOURCE,
+            "t",
+            ConfigOp("follower.replication.throttled.replicas", 0, "0-1,*"),
+            "invalid_config",
+        ),
         (BROKER_RESOURCE, "1", ConfigOp("node.id", 0, "2"), "invalid_request"),
         (BROKER_RESOURCE, "9", ConfigOp("log.retention.ms", 0, "2"), "invalid_request"),
         (BROKER_RESOURCE, "", ConfigOp("log.retention.ms", 0, "x"), "invalid_request"),
