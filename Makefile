@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
 .PHONY: install kcat host-packages kafka-dist run test test-unit test-integration test-e2e lint format clean \
-	bench-storage bench-broker bench-responsiveness bench-flood cluster cluster-down cluster-env cluster-build images
+	bench-storage bench-broker bench-replicated bench-responsiveness bench-flood cluster cluster-down cluster-env cluster-build images
 
 install: $(STAMP) kcat
 
@@ -64,6 +64,9 @@ bench-storage: install
 
 bench-broker: kafka-dist
 	$(BIN)/python -m bench.broker $(BENCH_ARGS)
+
+bench-replicated: kafka-dist
+	$(BIN)/python -m bench.replicated $(BENCH_ARGS)
 
 bench-responsiveness: kafka-dist
 	$(BIN)/python -m bench.responsiveness $(BENCH_ARGS)

@@ -27,8 +27,10 @@ Four cases per target: acks=1 and acks=all, on a topic of 1 and of 8 partitions.
 MB/s are the tools' own figures, which count MiB (2^20 bytes). The targets alternate order in
 each round, and each figure is the median over the rounds. The output ends with the two lines
 `produce_vs_kafka=<ratio>` and `consume_vs_kafka=<ratio>`: Gregor's median throughput over
-Kafka's, 1 KiB records, acks=1, 8 partitions (`n/a` when a target was not run). This is a
-measurement, never a pass/fail test.
+Kafka's, 1 KiB records, acks=1, 8 partitions (`n/a` when a target was not run). Before them,
+`cpu_per_gb_vs_kafka=<ratio>`: the broker process's CPU seconds (from /proc) per GB produced
+in that case's throughput run, Gregor's over Kafka's, so that the comparison holds per core.
+This is a measurement, never a pass/fail test.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from bench.cpu import CpuMeter
 from broker.protocol import ApiKey
 from tests.support.brokers import (
     BROKERS,
@@ -111,6 +114,8 @@ class Measurement:
     produce: Produced
     latency: Produced
     consume_mbps: float
+    cpu_per_gb: float
+    """The broker's CPU seconds per GB produced in the throughput run."""
 
 
 # -- one target ------------------------------------------------------------------------------
@@ -192,15 +197,20 @@ def measure(
             consume(tools, WARMUP, arguments.warmup_records, f"warmup-{round_number}")
         results: dict[Case, Measurement] = {}
         for case in CASES:
+            meter = CpuMeter([broker.pid])
+            meter.start()
             throughput = produce(tools, case, arguments.records, -1)
+            meter.stop()
+            (cpu_per_gb,) = meter.per_gb(arguments.records * RECORD_BYTES)
             latency = produce(tools, case, arguments.latency_records, arguments.latency_rate)
             consumed = consume(tools, case, arguments.records, f"bench-{round_number}")
-            results[case] = Measurement(throughput, latency, consumed)
+            results[case] = Measurement(throughput, latency, consumed, cpu_per_gb)
             print(
                 f"  {kind:<6} round {round_number + 1} {case}: produce {throughput.mbps:7.1f} MB/s "
                 f"(p50 {throughput.p50_ms:.0f} ms, p99 {throughput.p99_ms:.0f} ms), "
                 f"at {arguments.latency_rate}/s p50 {latency.p50_ms:.0f} ms p99 "
-                f"{latency.p99_ms:.0f} ms, consume {consumed:7.1f} MB/s",
+                f"{latency.p99_ms:.0f} ms, consume {consumed:7.1f} MB/s, "
+                f"{cpu_per_gb:.1f} CPU-s/GB produced",
                 flush=True,
             )
         return results
@@ -223,6 +233,7 @@ class Summary:
     latency_p50: float
     latency_p99: float
     consume_mbps: float
+    cpu_per_gb: float
 
 
 def summarise(runs: Sequence[dict[Case, Measurement]], case: Case) -> Summary:
@@ -234,6 +245,7 @@ def summarise(runs: Sequence[dict[Case, Measurement]], case: Case) -> Summary:
         statistics.median([m.latency.p50_ms for m in ms]),
         statistics.median([m.latency.p99_ms for m in ms]),
         statistics.median([m.consume_mbps for m in ms]),
+        statistics.median([m.cpu_per_gb for m in ms]),
     )
 
 
@@ -250,7 +262,11 @@ def report(results: dict[BrokerKind, list[dict[Case, Measurement]]], rate: int) 
         return f"{'-':>{width}}" if value is None else f"{value:>{width}.{digits}f}"
 
     lines: list[str] = []
-    for title, name in (("produce MB/s", "produce_mbps"), ("consume MB/s", "consume_mbps")):
+    for title, name in (
+        ("produce MB/s", "produce_mbps"),
+        ("consume MB/s", "consume_mbps"),
+        ("broker CPU-s per GB produced", "cpu_per_gb"),
+    ):
         lines.append(f"{title:<28}{'Gregor':>10}{'Kafka':>10}{'ratio':>8}")
         for case in CASES:
             g, k = field(gregor, case, name), field(kafka, case, name)
@@ -272,6 +288,8 @@ def report(results: dict[BrokerKind, list[dict[Case, Measurement]]], rate: int) 
             )
             lines.append(f"  {case!s:<34}{cells[0]:>19}{cells[1]:>19}{ratio:>11}")
     headline = Case(*HEADLINE)
+    cpu = _ratio(field(gregor, headline, "cpu_per_gb"), field(kafka, headline, "cpu_per_gb"))
+    lines.append(f"cpu_per_gb_vs_kafka={cpu}")
     for label, name in (("produce_vs_kafka", "produce_mbps"), ("consume_vs_kafka", "consume_mbps")):
         ratio = _ratio(field(gregor, headline, name), field(kafka, headline, name))
         lines.append(f"{label}={ratio}")

@@ -240,6 +240,24 @@ class MetadataService:
 
         return await self.propose(decide)
 
+    async def allocate_producer_ids(
+        self, broker_id: int, broker_epoch: int
+    ) -> tuple[ErrorCode, range]:
+        """A broker's AllocateProducerIds, decided and committed here (the active controller):
+        the next block of producer ids, for a broker registered with that epoch (else
+        STALE_BROKER_EPOCH, as Kafka's controller answers)."""
+
+        def decide(
+            controller: QuorumController,
+        ) -> tuple[Sequence[MetadataRecord], tuple[ErrorCode, range]]:
+            broker = self.image.brokers.get(broker_id)
+            if broker is None or broker.epoch != broker_epoch:
+                return (), (ErrorCode.stale_broker_epoch, range(0))
+            records, block = controller.allocate_producer_ids(broker_id, broker_epoch)
+            return records, (ErrorCode.none, block)
+
+        return await self.propose(decide)
+
     async def alter_reassignments(self, wanted: list[Reassignment]) -> list[ReassignmentResult]:
         """An AlterPartitionReassignments request, decided and committed here (the active
         controller)."""

@@ -6,7 +6,8 @@ The active controller may be this very node (combined mode, `make run`): then th
 to it in process; otherwise to the controller listener of the voter that leads, as
 BrokerRegistration and BrokerHeartbeat requests. A controller that moves, refuses
 (NOT_CONTROLLER) or does not answer is retried after `RETRY_BACKOFF_S`. The partitions this
-broker leads change their ISR through it too (AlterPartition).
+broker leads change their ISR through it too (AlterPartition), and its idempotent producers get
+their ids from blocks it hands out (AllocateProducerIds).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ RETRY_BACKOFF_S = 0.1
 REGISTRATION_VERSION = 4
 HEARTBEAT_VERSION = 1
 ALTER_PARTITION_VERSION = 3
+ALLOCATE_PRODUCER_IDS_VERSION = 0
 
 
 class BrokerLifecycle:
@@ -216,6 +218,36 @@ class BrokerLifecycle:
         return _error(response.error_code), [
             answers.get((c.topic_id, c.partition), missing) for c in changes
         ]
+
+    async def allocate_producer_ids(self) -> range | None:
+        """The next block of producer ids for this broker's idempotent producers
+        (AllocateProducerIds); None when no controller handed one out (the producer retries)."""
+        metadata = self._metadata
+        if metadata.is_active_controller:
+            try:
+                error, block = await metadata.allocate_producer_ids(
+                    self._config.node_id, self.broker_epoch
+                )
+            except NotController:
+                return None
+        else:
+            body = build(
+                request_type(ApiKey.ALLOCATE_PRODUCER_IDS, ALLOCATE_PRODUCER_IDS_VERSION),
+                broker_id=self._config.node_id,
+                broker_epoch=self.broker_epoch,
+            )
+            response = await self._send(
+                ApiKey.ALLOCATE_PRODUCER_IDS, ALLOCATE_PRODUCER_IDS_VERSION, body
+            )
+            if response is None:
+                return None
+            error = _error(response.error_code)
+            start = response.producer_id_start
+            block = range(start, start + response.producer_id_len)
+        if error != ErrorCode.none:
+            log.warning("the controller handed out no producer ids: %s", error.name)
+            return None
+        return block
 
     # -- requests to the active controller ---------------------------------------------------
 

@@ -214,6 +214,7 @@ class Node:
             self.state.advertised[listener.name] = Endpoint(host, port)
         if "broker" in self.config.process_roles:
             self.lifecycle = BrokerLifecycle(self.config, metadata, self.cluster_id)
+            self.state.producer_ids = self.lifecycle.allocate_producer_ids
             await self.lifecycle.start(
                 {name: (e.host, e.port) for name, e in self.state.advertised.items()}
             )

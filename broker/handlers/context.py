@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TypeVar
@@ -139,6 +139,9 @@ class NodeState:
     """Wall-clock milliseconds (timestamps clients see)."""
     forwarding: Forwarding | None = None
     """Sends this broker's own metadata writes to the active controller when it is not it."""
+    producer_ids: Callable[[], Awaitable[range | None]] | None = None
+    """Asks the active controller for this broker's next block of producer ids
+    (AllocateProducerIds); None when none was handed out."""
 
     @property
     def node_id(self) -> int:

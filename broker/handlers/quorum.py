@@ -43,6 +43,7 @@ CONTROLLER_APIS = frozenset(
         ApiKey.BROKER_REGISTRATION,
         ApiKey.BROKER_HEARTBEAT,
         ApiKey.ALTER_PARTITION,
+        ApiKey.ALLOCATE_PRODUCER_IDS,
         ApiKey.DESCRIBE_CLUSTER,
         ApiKey.ENVELOPE,
     }
@@ -344,6 +345,30 @@ class AlterPartition:
         return response
 
 
+class AllocateProducerIds:
+    """A broker asks the active controller for a block of producer ids (KIP-730)."""
+
+    def __init__(self, metadata: MetadataService) -> None:
+        self._metadata = metadata
+
+    async def __call__(self, context: RequestContext, request: Any) -> ResponseBody:
+        schema = response_module(ApiKey.ALLOCATE_PRODUCER_IDS, context.header.api_version)
+        try:
+            error, block = await self._metadata.allocate_producer_ids(
+                request.broker_id, request.broker_epoch
+            )
+        except NotController:
+            error, block = ErrorCode.not_controller, range(0)
+        response: ResponseBody = build(
+            schema.AllocateProducerIdsResponse,
+            throttle_time=timedelta(0),
+            error_code=error,
+            producer_id_start=block.start if block else -1,
+            producer_id_len=len(block),
+        )
+        return response
+
+
 def build_controller_dispatcher(
     metadata: MetadataService, cluster_id: str, client: Callable[[], Dispatcher | None]
 ) -> Dispatcher:
@@ -364,6 +389,7 @@ def build_controller_dispatcher(
     handlers[ApiKey.BROKER_REGISTRATION] = BrokerRegistration(metadata)
     handlers[ApiKey.BROKER_HEARTBEAT] = BrokerHeartbeat(metadata)
     handlers[ApiKey.ALTER_PARTITION] = AlterPartition(metadata)
+    handlers[ApiKey.ALLOCATE_PRODUCER_IDS] = AllocateProducerIds(metadata)
     handlers[ApiKey.DESCRIBE_CLUSTER] = DescribeControllers(metadata, cluster_id)
     handlers[ApiKey.ENVELOPE] = Envelope(client)
     dispatcher.register(handlers)

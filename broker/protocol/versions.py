@@ -90,6 +90,7 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_CLUSTER = 60
     BROKER_REGISTRATION = 62
     BROKER_HEARTBEAT = 63
+    ALLOCATE_PRODUCER_IDS = 67
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +153,7 @@ SUPPORTED: Mapping[ApiKey, VersionRange] = _table(
         ApiKey.FETCH_SNAPSHOT: (0, 1),
         ApiKey.BROKER_REGISTRATION: (0, 4),
         ApiKey.BROKER_HEARTBEAT: (0, 1),
+        ApiKey.ALLOCATE_PRODUCER_IDS: (0, 0),
         ApiKey.ALTER_PARTITION: (2, 3),
         ApiKey.ENVELOPE: (0, 0),
     }

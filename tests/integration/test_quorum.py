@@ -24,10 +24,18 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from broker.protocol import ApiKey, ErrorCode, request_type
+from broker.metadata.controller import PRODUCER_ID_BLOCK_SIZE
+from broker.protocol import (
+    ApiKey,
+    ErrorCode,
+    RequestHeader,
+    decode_response,
+    encode_request,
+    request_type,
+)
 from tests.support.nodes import RunningNode, start_node, start_quorum, wait_listening
 from tests.support.requests import fill
-from tests.support.wire import call
+from tests.support.wire import call, exchange
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -193,12 +201,41 @@ def test_three_voters_elect_one_leader_and_every_node_applies_what_it_commits(
     again: Any = call(("localhost", follower.port), ApiKey.CREATE_TOPICS, 7, body)
     assert again.topics[0].error_code == ErrorCode.topic_already_exists
     assert "already exists" in again.topics[0].error_message
-    # An idempotent producer's id comes from the controller's blocks, whichever node it asks.
+    # An idempotent producer's id comes from a block the controller gave the node it asks
+    # (AllocateProducerIds): every node has its own, so no id is ever handed out twice.
     init = fill(request_type(ApiKey.INIT_PRODUCER_ID, 4), {"transactional_id": None})
-    first: Any = call(("localhost", follower.port), ApiKey.INIT_PRODUCER_ID, 4, init)
-    second: Any = call(("localhost", follower.port), ApiKey.INIT_PRODUCER_ID, 4, init)
-    assert first.error_code == second.error_code == ErrorCode.none
-    assert 0 <= first.producer_id != second.producer_id
+    ids = []
+    for node in (*quorum, follower):
+        for _ in range(2):
+            answer: Any = call(("localhost", node.port), ApiKey.INIT_PRODUCER_ID, 4, init)
+            assert (answer.error_code, answer.producer_epoch) == (ErrorCode.none, 0)
+            ids.append(answer.producer_id)
+    assert len(set(ids)) == len(ids)
+    assert all(i >= 0 for i in ids)
+    assert len({i // PRODUCER_ID_BLOCK_SIZE for i in ids}) == 3  # one block per node
+    # The controller hands blocks only to a broker registered with the epoch it names.
+    stale = fill(
+        request_type(ApiKey.ALLOCATE_PRODUCER_IDS, 0), {"broker_id": 2, "broker_epoch": 10**9}
+    )
+    leader_node = quorum[leader.node - 1]
+    assert leader_node.controller_port is not None
+    refused: Any = call(
+        ("localhost", leader_node.controller_port), ApiKey.ALLOCATE_PRODUCER_IDS, 0, stale
+    )
+    assert refused.error_code == ErrorCode.stale_broker_epoch
+    assert refused.producer_id_len == 0
+    # A node that has used up its block goes on with the next: a thousand more, all new.
+    more = []
+    with socket.create_connection(("localhost", follower.port), timeout=10) as sock:
+        for number in range(PRODUCER_ID_BLOCK_SIZE):
+            header = RequestHeader(ApiKey.INIT_PRODUCER_ID, 4, number, "many-producers")
+            response = exchange(sock, encode_request(header, init))
+            assert response is not None
+            got: Any = decode_response(ApiKey.INIT_PRODUCER_ID, 4, response)[1]
+            assert got.error_code == ErrorCode.none
+            more.append(got.producer_id)
+    assert len(set(ids + more)) == len(ids) + len(more)
+    assert len({i // PRODUCER_ID_BLOCK_SIZE for i in more}) == 2
 
 
 def test_a_killed_leader_is_replaced_and_catches_up_when_it_returns(

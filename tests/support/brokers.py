@@ -54,6 +54,8 @@ GROUP_CONSUMER_APIS = (
 class RunningBroker:
     kind: BrokerKind
     bootstrap: str
+    pid: int = 0
+    """The broker's process (for its CPU time)."""
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -73,10 +75,10 @@ def run_broker(
     settings = COMMON_SETTINGS | dict(extra or {})
     if kind == "gregor":
         with run_node(directory, settings) as node:
-            yield RunningBroker(kind, node.bootstrap)
+            yield RunningBroker(kind, node.bootstrap, node.process.pid)
     else:
         with run_kafka(directory, settings, heap=kafka_heap) as kafka:
-            yield RunningBroker(kind, kafka.bootstrap)
+            yield RunningBroker(kind, kafka.bootstrap, kafka.process.pid)
 
 
 def advertised_apis(broker: RunningBroker, timeout: float = 10.0) -> set[int]:
