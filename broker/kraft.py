@@ -258,14 +258,20 @@ class MetadataService:
 
         return await self.propose(decide)
 
-    async def alter_reassignments(self, wanted: list[Reassignment]) -> list[ReassignmentResult]:
+    async def alter_reassignments(
+        self, wanted: list[Reassignment], *, allow_replication_factor_change: bool = True
+    ) -> list[ReassignmentResult]:
         """An AlterPartitionReassignments request, decided and committed here (the active
         controller)."""
 
         def decide(
             _: QuorumController,
         ) -> tuple[Sequence[MetadataRecord], list[ReassignmentResult]]:
-            return alter_reassignments(self.image, wanted)
+            return alter_reassignments(
+                self.image,
+                wanted,
+                allow_replication_factor_change=allow_replication_factor_change,
+            )
 
         return await self.propose(decide)
 

@@ -30,7 +30,13 @@ class AlterPartitionReassignments:
             for topic in request.topics
             for partition in topic.partitions
         ]
-        results = await self._state.metadata.alter_reassignments(wanted)
+        results = await self._state.metadata.alter_reassignments(
+            # v1 (KIP-860) may forbid a change of replication factor; v0 always allows it.
+            wanted,
+            allow_replication_factor_change=getattr(
+                request, "allow_replication_factor_change", True
+            ),
+        )
         by_topic: dict[str, list[ReassignmentResult]] = {}
         for result in results:
             by_topic.setdefault(result.topic, []).append(result)

@@ -53,11 +53,15 @@ class ReassignmentResult:
 
 
 def alter_reassignments(
-    image: MetadataImage, wanted: list[Reassignment]
+    image: MetadataImage,
+    wanted: list[Reassignment],
+    *,
+    allow_replication_factor_change: bool = True,
 ) -> tuple[list[PartitionChangeRecord], list[ReassignmentResult]]:
     """Start, replace or cancel the reassignments `wanted`, each partition on its own: one
     that is refused (an unknown partition, a replica list that is empty, names a broker twice
-    or one that is not registered, a cancel with nothing to cancel) leaves the others be."""
+    or one that is not registered, changes the replication factor when that is not allowed,
+    a cancel with nothing to cancel) leaves the others be."""
     records: list[PartitionChangeRecord] = []
     results = []
     usable = image.usable_broker_ids()
@@ -78,7 +82,13 @@ def alter_reassignments(
             error, message, record = _cancel(topic.topic_id, asked.partition, state, usable)
         else:
             error, message, record = _start(
-                image, topic.topic_id, asked.partition, state, asked.target, usable=usable
+                image,
+                topic.topic_id,
+                asked.partition,
+                state,
+                asked.target,
+                usable=usable,
+                allow_replication_factor_change=allow_replication_factor_change,
             )
         if record is not None:
             records.append(record)
@@ -94,14 +104,18 @@ def _start(
     target: tuple[int, ...],
     *,
     usable: set[int],
+    allow_replication_factor_change: bool,
 ) -> tuple[ErrorCode, str | None, PartitionChangeRecord | None]:
     refusal = _invalid(image, target)
     if refusal is not None:
         return ErrorCode.invalid_replica_assignment, refusal, None
-    if state.reassigning and state.target == target:
-        return ErrorCode.none, None, None  # the same target again: nothing to change
     # A new target replaces one under way, from the replicas the partition had before it.
     original = tuple(r for r in state.replicas if r not in state.adding)
+    if not allow_replication_factor_change and len(target) != len(original):
+        message = f"The replication factor is changed from {len(original)} to {len(target)}"
+        return ErrorCode.invalid_replication_factor, message, None
+    if state.reassigning and state.target == target:
+        return ErrorCode.none, None, None  # the same target again: nothing to change
     removing = tuple(r for r in original if r not in target)
     adding = tuple(r for r in target if r not in original)
     replicas = target + removing

@@ -16,9 +16,7 @@ Why these ranges (ADR 0001 has the rest of the story):
   maxima (kafka-python reads DescribeLogDirs v5 as 4.3) and then use them;
 - InitProducerId stops at v5: v6 (KIP-939, two-phase commit) is unstable in Kafka 4.3, which
   does not advertise it either;
-- AlterPartitionReassignments stays at v0 (Kafka's v1 may forbid a replication factor change),
-  and OffsetForLeaderEpoch and ElectLeaders keep their ranges: no handler serves them yet, so
-  none is advertised;
+- OffsetForLeaderEpoch keeps its range: no handler serves it yet, so it is not advertised;
 - the floors match Kafka 4's (KIP-896) so Java 4 clients negotiate normally, except where an
   older client in the field still needs a lower version: librdkafka before 2.11.1 checks for
   exact versions such as Produce v2, JoinGroup v0 and ListOffsets v1;
@@ -139,7 +137,7 @@ SUPPORTED: Mapping[ApiKey, VersionRange] = _table(
         ApiKey.DELETE_GROUPS: (0, 2),
         ApiKey.ELECT_LEADERS: (0, 2),
         ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
-        ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
         ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
         ApiKey.OFFSET_DELETE: (0, 0),
         ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),

@@ -297,10 +297,11 @@ class ReplicaManager:
         partition.leader_start_offset = log_.log_end_offset
         if partition.is_leader:
             self._record_epoch(partition)
-        # Until replication says more, a replica knows its records up to its recovery point are
-        # committed only if it leads alone; otherwise the high watermark starts at the log
-        # start and moves with the leader's.
-        partition.stored_high_watermark = log_.log_start_offset
+        # Until replication says more, a replica knows committed what was when it stopped (the
+        # replication checkpoint; its log start if there is none); the high watermark then
+        # moves with the leader's. A leader alone has everything committed.
+        partition.stored_high_watermark = log_.loaded_high_watermark
+        log_.committed = lambda: partition.high_watermark
         self.partitions[key] = partition
         if not partition.is_leader:
             self._roles_changed()

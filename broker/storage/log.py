@@ -139,10 +139,12 @@ class Log:
         clean_shutdown: bool = True,
         recovery_point: int = 0,
         log_start_offset: int = 0,
+        high_watermark: int = 0,
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
     ) -> None:
         """`producer_id_expiration_ms`: Kafka's `producer.id.expiration.ms`, how long an idle
-        producer's state is kept (applied on load and by `remove_expired_producers`)."""
+        producer's state is kept (applied on load and by `remove_expired_producers`).
+        `high_watermark`: as the replication checkpoint last had it."""
         self.directory = directory
         self.topic, self.partition = parse_partition_dir(directory.name)
         self.config = config
@@ -165,6 +167,15 @@ class Log:
                 if segment.next_offset > recovery_point:
                     segment.flush()
         self.recovery_point = self.log_end_offset
+        self.loaded_high_watermark = max(
+            self.log_start_offset, min(high_watermark, self.log_end_offset)
+        )
+        """The high watermark the replication checkpoint had, within this log's offsets:
+        where a replica of it starts (Kafka's `replication-offset-checkpoint`)."""
+        self.committed: Callable[[], int] | None = None
+        """The high watermark as replication moves it, once a replica manager holds this log:
+        retention deletes only below it, and the log manager checkpoints it. None: every
+        record counts as committed (a log no replica manager holds)."""
         self._unflushed_records = 0
         self._last_flush_ms = now_ms
         self._flusher: Executor | None = None
@@ -786,8 +797,11 @@ class Log:
                         break
                     excess -= segment.size
                     doomed.add(i)
+        # Only what every in-sync replica has may go (Kafka's deletableSegments): a segment
+        # goes once the high watermark has reached the next one.
+        bound = self.log_end_offset if self.committed is None else self.committed()
         count = 0
-        while count in doomed:
+        while count in doomed and self.segments[count + 1].base_offset <= bound:
             count += 1
         return closed[:count]
 

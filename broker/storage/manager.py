@@ -2,7 +2,8 @@
 
 What it owns, per `log.dirs` entry as Kafka lays it out: the `.lock` that keeps a second
 process out, the clean-shutdown marker (`.kafka_cleanshutdown`) that lets the next start skip
-recovery, the `recovery-point-offset-checkpoint` and `log-start-offset-checkpoint` files, and
+recovery, the `recovery-point-offset-checkpoint`, `log-start-offset-checkpoint` and
+`replication-offset-checkpoint` (high watermarks) files, and
 asynchronous deletion (segments renamed `.deleted`, partition directories renamed
 `<topic>-<partition>.<id>-delete`, both removed `file.delete.delay.ms` later), and which
 compacted log the cleaner takes next (`cleaner-offset-checkpoint`).
@@ -75,6 +76,9 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+REPLICATION_CHECKPOINT = "replication-offset-checkpoint"
+"""Each partition's high watermark (Kafka's name and format), so that a restarted replica
+serves what was committed before it stopped at once, not from its log start."""
 DELETE_DIR_SUFFIX = "-delete"
 
 TopicPartition = tuple[str, int]
@@ -221,23 +225,11 @@ class LogManager:
 
     def _load_dir(self, log_dir: Path, now_ms: int, configs: dict[str, LogConfig]) -> None:
         marker = log_dir / CLEAN_SHUTDOWN_FILE
-        clean = marker.exists()
-        try:
-            recovery_points = read_offset_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
-        except CheckpointError as exc:
-            # As Kafka: recover every partition of this dir from its start instead.
-            logger.warning("%s; recovering every log in %s from its start", exc, log_dir)
-            recovery_points, clean = {}, False
-        try:
-            start_offsets = read_offset_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
-        except CheckpointError as exc:
-            logger.warning("%s; log start offsets fall back to each log's first segment", exc)
-            start_offsets = {}
-        try:
-            first_dirty = read_cleaner_checkpoint(log_dir)
-        except CheckpointError as exc:
-            logger.warning("%s; the cleaner starts over on every compacted log", exc)
-            first_dirty = {}
+        found = _read_checkpoints(log_dir)
+        clean = marker.exists() and found.recovery_points is not None
+        recovery_points = found.recovery_points or {}
+        start_offsets, high_watermarks = found.start_offsets, found.high_watermarks
+        first_dirty = found.first_dirty
         for child in sorted(log_dir.iterdir()):
             if not child.is_dir():
                 continue
@@ -263,6 +255,7 @@ class LogManager:
                     clean_shutdown=clean,
                     recovery_point=recovery_points.get(key, 0),
                     log_start_offset=start_offsets.get(key, 0),
+                    high_watermark=high_watermarks.get(key, 0),
                     producer_id_expiration_ms=self.producer_id_expiration_ms,
                 )
             except Exception as exc:  # any failure takes this partition alone offline
@@ -635,11 +628,16 @@ class LogManager:
         logs = {tp: log for tp, log in self.logs.items() if self._dir_of.get(tp) == log_dir}
         recovery = {tp: log.recovery_point for tp, log in logs.items()}
         starts = {tp: log.log_start_offset for tp, log in logs.items()}
+        high_watermarks = {
+            tp: log.loaded_high_watermark if log.committed is None else log.committed()
+            for tp, log in logs.items()
+        }
         dirty = {tp: offset for tp, offset in self._first_dirty.items() if tp in logs}
 
         def write() -> None:
             write_offset_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT, recovery)
             write_offset_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT, starts)
+            write_offset_checkpoint(log_dir / REPLICATION_CHECKPOINT, high_watermarks)
             write_cleaner_checkpoint(log_dir, dirty)
 
         if self._flusher is None:
@@ -650,6 +648,41 @@ class LogManager:
             done.result()
         else:
             self._checkpoint_writes.append((done, log_dir))
+
+
+@dataclass(frozen=True, slots=True)
+class _Checkpoints:
+    recovery_points: dict[TopicPartition, int] | None
+    """None: unreadable, so every log of the dir recovers from its start."""
+    start_offsets: dict[TopicPartition, int]
+    high_watermarks: dict[TopicPartition, int]
+    first_dirty: dict[TopicPartition, int]
+
+
+def _read_checkpoints(log_dir: Path) -> _Checkpoints:
+    """A log dir's checkpoints; one that cannot be read counts as empty, as in Kafka."""
+    recovery_points: dict[TopicPartition, int] | None
+    try:
+        recovery_points = read_offset_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
+    except CheckpointError as exc:
+        logger.warning("%s; recovering every log in %s from its start", exc, log_dir)
+        recovery_points = None
+    try:
+        start_offsets = read_offset_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
+    except CheckpointError as exc:
+        logger.warning("%s; log start offsets fall back to each log's first segment", exc)
+        start_offsets = {}
+    try:
+        high_watermarks = read_offset_checkpoint(log_dir / REPLICATION_CHECKPOINT)
+    except CheckpointError as exc:
+        logger.warning("%s; high watermarks start at each log's start", exc)
+        high_watermarks = {}
+    try:
+        first_dirty = read_cleaner_checkpoint(log_dir)
+    except CheckpointError as exc:
+        logger.warning("%s; the cleaner starts over on every compacted log", exc)
+        first_dirty = {}
+    return _Checkpoints(recovery_points, start_offsets, high_watermarks, first_dirty)
 
 
 def _remove_quietly(paths: list[Path]) -> None:

@@ -187,3 +187,18 @@ def test_a_reassignment_under_way_survives_a_snapshot() -> None:
     rebuilt = MetadataImage()
     rebuilt.load(cluster.image.snapshot_records(), cluster.next_offset - 1)
     assert rebuilt.topics["t"].partitions == cluster.image.topics["t"].partitions
+
+
+def test_a_change_of_replication_factor_can_be_forbidden() -> None:
+    cluster = _cluster()
+    records, results = alter_reassignments(
+        cluster.image,
+        [Reassignment("t", 0, (2, 3)), Reassignment("t", 1, (2, 3, 4))],
+        allow_replication_factor_change=False,
+    )
+    assert [(r.error, r.message) for r in results] == [
+        (ErrorCode.invalid_replication_factor, "The replication factor is changed from 3 to 2"),
+        (ErrorCode.none, None),
+    ]
+    cluster.commit(records)
+    assert (_state(cluster, 0).reassigning, _state(cluster, 1).adding) == (False, (4,))

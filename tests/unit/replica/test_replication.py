@@ -311,3 +311,32 @@ def test_a_follower_one_append_behind_under_steady_load_stays_in_sync(
     manager.check_isr()
     assert asked == []
     logs.shutdown(now_ms=2_000)
+
+
+def test_a_restarted_replica_serves_what_was_committed_before_it_stopped(
+    tmp_path: Path,
+) -> None:
+    """The high watermark is checkpointed (replication-offset-checkpoint): a leader that
+    restarts serves consumers what was committed at once, and what was not stays unserved
+    until the followers have it again."""
+    directory = tmp_path / "restarts"
+    manager, logs = _manager(directory, 1)
+    manager.apply(PartitionChanged(TOPIC, 0, _state(1, 0)))
+    partition = manager.partitions[("t", 0)]
+    manager.append("t", 0, batch(3), acks=-1)
+    manager.follower_fetched(partition, 2, 3)
+    manager.follower_fetched(partition, 3, 3)
+    manager.append("t", 0, batch(2), acks=-1)  # not on the followers: not committed
+    assert (partition.high_watermark, partition.log.log_end_offset) == (3, 5)
+    logs.shutdown(now_ms=2_000)
+
+    logs = LogManager([directory], CONFIG)
+    logs.startup(now_ms=3_000)
+    manager = ReplicaManager(1, logs, MetadataImage(), lambda _: CONFIG, lambda: 3_000)
+    manager.apply(PartitionChanged(TOPIC, 0, _state(1, 1)))
+    restarted = manager.partitions[("t", 0)]
+    assert restarted.high_watermark == 3
+    read = manager.read("t", 0, 0, 1 << 20, min_one_batch=True).records
+    assert read is not None
+    assert read.size > 0
+    logs.shutdown(now_ms=4_000)

@@ -66,6 +66,22 @@ def test_the_active_segment_is_never_deleted(open_log: LogOpener) -> None:
     log.close(now_ms=10**9)
 
 
+def test_retention_deletes_only_what_the_high_watermark_has_passed(open_log: LogOpener) -> None:
+    """A leader's records not yet on every in-sync replica stay, however old (Kafka's
+    deletableSegments): a follower still fetching them would find them gone."""
+    log = _five_segments(open_log, BASE)
+    high_watermark = 13
+    log.committed = lambda: high_watermark
+    doomed = log.delete_old_segments(now_ms=10**9)
+    # Segment 6-11 goes (the high watermark reached 12); 12-17 waits for it to reach 18.
+    assert [s.base_offset for s in doomed] == [0, 6]
+    high_watermark = 30
+    doomed += log.delete_old_segments(now_ms=10**9)
+    assert [s.base_offset for s in doomed] == [0, 6, 12, 18]
+    _close(doomed)
+    log.close(now_ms=10**9)
+
+
 def test_retention_stops_at_the_first_segment_to_keep(open_log: LogOpener) -> None:
     """Only a prefix of the log goes: an old segment after a recent one waits its turn."""
     log = _five_segments(open_log, BASE, stamps=[50_000, 1_000, 1_000, 1_000, 1_000])
