@@ -209,12 +209,13 @@ class MetadataService:
         ):
             self.sessions.touch(request.broker_id, self._steady())
         return await self._propose_at(
-            lambda _: heartbeat(
+            lambda next_offset: heartbeat(
                 self.image,
                 self.sessions,
                 request,
                 now_ms=self._steady(),
                 unclean=self.unclean_allowed,
+                next_offset=next_offset,
             )
         )
 

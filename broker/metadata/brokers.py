@@ -89,6 +89,9 @@ class BrokerSessions:
     def __init__(self, session_timeout_ms: int) -> None:
         self.session_timeout_ms = session_timeout_ms
         self._last: dict[int, int] = {}
+        self.shutdown_offsets: dict[int, int] = {}
+        """Brokers in controlled shutdown: the offset of the records that moved their
+        leaderships, which each must have applied before it is let go."""
 
     def start(self, image: MetadataImage, now_ms: int, *, restarted: int | None = None) -> None:
         """This controller has just become active: every unfenced broker has a whole session
@@ -170,6 +173,7 @@ def register(
         )
     )
     sessions.touch(request.broker_id, now_ms)
+    sessions.shutdown_offsets.pop(request.broker_id, None)
     return records, RegistrationAnswer(broker_epoch=epoch)
 
 
@@ -180,11 +184,15 @@ def heartbeat(
     *,
     now_ms: int,
     unclean: Callable[[str], bool] = no_unclean,
+    next_offset: int = -1,
 ) -> tuple[list[MetadataRecord], HeartbeatAnswer]:
     """A broker's heartbeat keeps its session; it is unfenced once it has applied the log up
     to its own registration (and elected where it is the only in-sync replica left), fenced
-    when it asks, and told it may shut down once it asked to: its leaderships move to other
-    in-sync replicas and it leaves every ISR, committed before the answer goes out."""
+    when it asks, and told it may shut down once it asked to and has applied the records
+    that moved its leaderships to other in-sync replicas and took it out of every ISR (as
+    Kafka's controller waits for its controlled shutdown offset): until then it still
+    answers its clients, with the new leaders' names. `next_offset` is where the records
+    returned will be committed."""
     broker = image.brokers.get(request.broker_id)
     if broker is None or broker.epoch != request.broker_epoch:
         return [], HeartbeatAnswer(ErrorCode.stale_broker_epoch)
@@ -200,8 +208,13 @@ def heartbeat(
                 )
             )
             records.extend(move_off(image, {broker.broker_id}, unclean))
+            sessions.shutdown_offsets[broker.broker_id] = next_offset + len(records) - 1
+        # A controller that became active since knows only that it is all committed.
+        shutdown_offset = sessions.shutdown_offsets.setdefault(broker.broker_id, image.offset)
         return records, HeartbeatAnswer(
-            is_caught_up=caught_up, is_fenced=True, should_shut_down=True
+            is_caught_up=caught_up,
+            is_fenced=True,
+            should_shut_down=request.metadata_offset >= shutdown_offset,
         )
     sessions.touch(request.broker_id, now_ms)
     if request.want_fence:

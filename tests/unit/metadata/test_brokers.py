@@ -173,15 +173,24 @@ def test_a_controlled_shutdown_fences_the_broker_and_lets_it_go() -> None:
     cluster = Cluster()
     epoch = cluster.register(1, now=0)
     cluster.commit(heartbeat(cluster.image, cluster.sessions, Heartbeat(1, epoch, 9), now_ms=1)[0])
-    request = Heartbeat(1, epoch, 9, want_shut_down=True)
-    records, answer = heartbeat(cluster.image, cluster.sessions, request, now_ms=2)
+    request = Heartbeat(1, epoch, cluster.next_offset - 1, want_shut_down=True)
+    records, answer = heartbeat(
+        cluster.image, cluster.sessions, request, now_ms=2, next_offset=cluster.next_offset
+    )
     assert records == [BrokerRegistrationChangeRecord(1, epoch, fenced=1, in_controlled_shutdown=1)]
-    assert answer.should_shut_down
+    # It goes once it has applied its own shutdown (it still answers its clients till then).
+    assert not answer.should_shut_down
     cluster.commit(records)
     broker = cluster.image.brokers[1]
     assert (broker.fenced, broker.in_controlled_shutdown) == (True, True)
-    # Asked again (the answer was lost): no new record, the same answer.
+    caught_up = Heartbeat(1, epoch, cluster.next_offset - 1, want_shut_down=True)
+    records, answer = heartbeat(cluster.image, cluster.sessions, caught_up, now_ms=3)
+    assert (records, answer.should_shut_down) == ([], True)
+    # A controller that became active since waits for everything it has committed.
+    cluster.sessions.shutdown_offsets.clear()
     records, answer = heartbeat(cluster.image, cluster.sessions, request, now_ms=3)
+    assert (records, answer.should_shut_down) == ([], False)
+    records, answer = heartbeat(cluster.image, cluster.sessions, caught_up, now_ms=3)
     assert (records, answer.should_shut_down) == ([], True)
     # Its next process registers at once: a clean shutdown ended its session.
     again = Registration(1, uuid.uuid4(), CLUSTER, LISTENERS)
