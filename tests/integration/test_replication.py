@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ElectionType,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
@@ -720,3 +727,87 @@ def test_broker_configs_are_changed_through_their_own_broker_whichever_leads_the
     finally:
         for node in cluster:
             _alter_broker_configs(node, [(str(node.node_id), None)], name)
+
+
+def _produce_values(nodes: list[RunningNode], topic: str, values: list[bytes]) -> None:
+    producer, failures, delivered = _producer(nodes)
+    for value in values:
+        producer.produce(topic, value=value, on_delivery=delivered)
+    assert producer.flush(60) == 0
+    assert failures == []
+
+
+def _leader_on(node: RunningNode, topic: str) -> int:
+    """Partition 0's leader in this node's own metadata (-1: none)."""
+    body = fill(request_type(ApiKey.METADATA, 12), {"topics": None})
+    answer = call(("localhost", node.port), ApiKey.METADATA, 12, body)
+    found = next(t for t in answer.topics if t.name == topic)
+    return int(found.partitions[0].leader_id)
+
+
+def _wait_for_leader_on(node: RunningNode, topic: str, leader: int) -> None:
+    deadline = time.monotonic() + 15
+    while (found := _leader_on(node, topic)) != leader:
+        assert time.monotonic() < deadline, f"{topic} is led by {found}, not {leader}"
+        time.sleep(0.1)
+
+
+def test_unclean_elections_happen_only_where_allowed_and_lose_only_what_was_not_replicated(
+    tmp_path: Path,
+) -> None:
+    """Replicas 1 and 2: broker 2 goes, records are written to 1 alone, then 1 goes too. When
+    2 returns, a topic with `unclean.leader.election.enable` gets it as its leader at once,
+    without the records only 1 had; a topic without stays leaderless (1 alone has everything)
+    until an operator asks for an unclean election. When 1 returns it drops what the new
+    leader does not have and joins the ISR again. (Dedicated controllers, so that the quorum
+    stays up with two brokers down.)"""
+    running = _start(tmp_path, "dedicated", FAST)
+    one, two, three = (running.broker(i) for i in (1, 2, 3))
+    topics = {"clean-only": {}, "unclean-ok": {"unclean.leader.election.enable": "true"}}
+    first = [b"first-%d" % i for i in range(10)]
+    try:
+        admin = AdminClient({"bootstrap.servers": three.bootstrap, **QUIET})
+        futures = admin.create_topics(
+            [
+                NewTopic(name, num_partitions=1, replica_assignment=[[1, 2]], config=c)
+                for name, c in topics.items()
+            ]
+        )
+        for future in futures.values():
+            future.result(timeout=30)
+        for name in topics:
+            _wait_for_isrs([three], name, lambda isr: isr == {1, 2}, "both in sync")
+            _produce_values([three], name, first)
+
+        assert two.stop() == 0  # a controlled shutdown takes it out of the ISRs
+        for name in topics:
+            _wait_for_isrs([three], name, lambda isr: isr == {1}, "2 leaves the ISR")
+            _produce_values([three], name, [b"only-on-1-%d" % i for i in range(5)])
+        assert one.stop() == 0  # the last in-sync replica: leaderless, its ISR stays {1}
+        two.restart()
+        wait_listening(two, timeout=30)
+
+        # Allowed: broker 2 leads at once, with what it had.
+        _wait_for_leader_on(three, "unclean-ok", 2)
+        assert _read([two, three], "unclean-ok", 1, len(first)) == first
+        # Not allowed: no leader, whatever the wait.
+        time.sleep(3)
+        assert _leader_on(three, "clean-only") == -1
+        assert _isr_on(three, "clean-only", 0) == {1}
+        # Until the operator chooses to lose what only 1 had.
+        elected = admin.elect_leaders(ElectionType.UNCLEAN, [TopicPartition("clean-only", 0)])
+        assert list(elected.result(timeout=30).values()) == [None]
+        _wait_for_leader_on(three, "clean-only", 2)
+        assert _read([two, three], "clean-only", 1, len(first)) == first
+
+        after = [b"after-%d" % i for i in range(5)]
+        for name in topics:
+            _produce_values([two, three], name, after)
+        one.restart()
+        wait_listening(one, timeout=30)
+        for name in topics:
+            _wait_for_isrs([three], name, lambda isr: isr == {1, 2}, "1 rejoins")
+            _wait_for_equal_logs([one, two], name, 1)
+            assert _read([one, two, three], name, 1, len(first) + 5) == first + after
+    finally:
+        running.kill()
