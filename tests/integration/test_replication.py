@@ -29,6 +29,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
 from confluent_kafka.cimpl import NewTopic
 
 from broker.protocol import ApiKey, ErrorCode, request_type
@@ -809,5 +810,149 @@ def test_unclean_elections_happen_only_where_allowed_and_lose_only_what_was_not_
             _wait_for_isrs([three], name, lambda isr: isr == {1, 2}, "1 rejoins")
             _wait_for_equal_logs([one, two], name, 1)
             assert _read([one, two, three], name, 1, len(first) + 5) == first + after
+    finally:
+        running.kill()
+
+
+def _reassign(node: RunningNode, topic: str, replicas: list[int] | None) -> Any:
+    body = fill(
+        request_type(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0),
+        {
+            "timeout": timedelta(seconds=30),
+            "topics": [
+                {"name": topic, "partitions": [{"partition_index": 0, "replicas": replicas}]}
+            ],
+        },
+    )
+    answer = call(("localhost", node.port), ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, body)
+    return answer.responses[0].partitions[0]
+
+
+def _reassigning(node: RunningNode) -> dict[str, tuple[list[int], list[int], list[int]]]:
+    """ListPartitionReassignments: topic → (replicas, adding, removing) of its partition 0."""
+    body = fill(
+        request_type(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0),
+        {"timeout": timedelta(seconds=30), "topics": None},
+    )
+    answer = call(("localhost", node.port), ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, body)
+    assert answer.error_code == ErrorCode.none
+    return {
+        topic.name: (list(p.replicas), list(p.adding_replicas), list(p.removing_replicas))
+        for topic in answer.topics
+        for p in topic.partitions
+        if p.partition_index == 0
+    }
+
+
+def _throttle(nodes: list[RunningNode], topic: str, rate: str | None, moving: str) -> None:
+    """The throttles kafka-reassign-partitions sets: every broker's rates, and the replicas
+    of `topic` that send (`0:1,...`) and that fetch (`moving`); None clears them."""
+    admin = AdminClient({"bootstrap.servers": _bootstrap(nodes), **QUIET})
+    operation = AlterConfigOpType.SET if rate is not None else AlterConfigOpType.DELETE
+    resources = [
+        ConfigResource(
+            ConfigResource.Type.BROKER,
+            str(node.node_id),
+            incremental_configs=[
+                ConfigEntry(name, rate, incremental_operation=operation)
+                for name in (
+                    "leader.replication.throttled.rate",
+                    "follower.replication.throttled.rate",
+                )
+            ],
+        )
+        for node in nodes
+    ]
+    resources.append(
+        ConfigResource(
+            ConfigResource.Type.TOPIC,
+            topic,
+            incremental_configs=[
+                ConfigEntry(
+                    "leader.replication.throttled.replicas",
+                    "0:1,0:2,0:3" if rate is not None else None,
+                    incremental_operation=operation,
+                ),
+                ConfigEntry(
+                    "follower.replication.throttled.replicas",
+                    moving if rate is not None else None,
+                    incremental_operation=operation,
+                ),
+            ],
+        )
+    )
+    for resource in resources:  # librdkafka sends one broker's configs per request
+        for future in admin.incremental_alter_configs([resource]).values():
+            future.result(timeout=30)
+
+
+def test_a_throttled_reassignment_under_load_loses_no_acknowledged_record(
+    tmp_path: Path, topology: str
+) -> None:
+    """Scenario (g): a partition moves from brokers 1-3 to 2-4 under a replication throttle
+    while an idempotent acks=all producer writes to it (RF 3, min.insync.replicas=2):
+    ListPartitionReassignments reports the move while the throttle holds broker 4 back and
+    until it has caught up, the old replica then goes (and leadership with it), and every
+    acknowledged record is read back once, in order."""
+    running = _start(tmp_path, topology, FAST, brokers=4)
+    nodes = running.brokers
+    try:
+        admin = AdminClient({"bootstrap.servers": _bootstrap(nodes), **QUIET})
+        created = admin.create_topics(
+            [
+                NewTopic(
+                    "reassigned",
+                    num_partitions=1,
+                    replica_assignment=[[1, 2, 3]],
+                    config={"min.insync.replicas": "2"},
+                )
+            ]
+        )
+        created["reassigned"].result(timeout=30)
+        _wait_for_isrs(nodes, "reassigned", lambda isr: isr == {1, 2, 3}, "in sync")
+        _produce_values(nodes, "reassigned", [b"%d" % i + b"." * 1000 for i in range(3000)])
+        # 3 MB to copy at 100 kB/s, measured over 10 s at least: a megabyte at a time, 11 s
+        # apart, while an unthrottled copy takes well under a second.
+        _throttle(nodes, "reassigned", "100000", "0:4")
+
+        def move() -> None:
+            answer = _reassign(nodes[0], "reassigned", [2, 3, 4])
+            assert answer.error_code == ErrorCode.none, answer
+            assert _reassigning(nodes[3]) == {"reassigned": ([2, 3, 4, 1], [4], [1])}
+
+        producer, failures, delivered = _producer(nodes)
+        total = 3000 + RECORDS
+        for i in range(3000, total):
+            producer.produce("reassigned", value=b"%d" % i, on_delivery=delivered)
+            if i % 200 == 199:
+                producer.poll(0)
+                time.sleep(0.02)
+            if i == 3000 + RECORDS // 3:
+                move()
+        assert producer.flush(90) == 0
+        assert failures == []
+        # The throttle holds the new replica back; lifted, the move completes.
+        assert _reassigning(nodes[2]) == {"reassigned": ([2, 3, 4, 1], [4], [1])}
+        _throttle(nodes, "reassigned", None, "")
+        deadline = time.monotonic() + 60
+        while _reassigning(nodes[0]):
+            assert time.monotonic() < deadline, f"still moving: {_reassigning(nodes[0])}"
+            time.sleep(0.5)
+        # Every broker learns the new assignment a metadata fetch after the controller.
+        for node in nodes:
+            deadline = time.monotonic() + 10
+            while True:
+                one = AdminClient({"bootstrap.servers": node.bootstrap, **QUIET})
+                found = one.list_topics("reassigned", timeout=10).topics["reassigned"]
+                partition = found.partitions[0]
+                if list(partition.replicas) == [2, 3, 4] and partition.leader in (2, 3, 4):
+                    break
+                assert time.monotonic() < deadline, f"{node.bootstrap}: {partition}"
+                time.sleep(0.1)
+        _wait_for_isrs(nodes, "reassigned", lambda isr: isr == {2, 3, 4}, "the new ISR")
+        _wait_for_equal_logs(nodes[1:], "reassigned", 1)
+        values = _read(nodes, "reassigned", 1, total)
+        numbers = [int(value.rstrip(b".")) for value in values]
+        assert numbers == list(range(total))
     finally:
         running.kill()
