@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from broker.config import SECURITY_PROTOCOL_IDS, BrokerConfig
@@ -53,6 +54,10 @@ class BrokerLifecycle:
         )
         self._stopping = False
         self._request: Registration | None = None
+        self.wants_fence: Callable[[], bool] = lambda: False
+        """Whether this broker asks to be fenced in its heartbeats: it can hold no replica
+        (every log dir failed), so its leaderships and ISR places must go to other brokers
+        now, not once its session runs out."""
 
     # -- what the node does ------------------------------------------------------------------
 
@@ -168,7 +173,8 @@ class BrokerLifecycle:
             if not answer.is_fenced:
                 self._unfenced.set()
             # Fenced (catching up): ask again soon rather than in a whole interval.
-            await asyncio.sleep(RETRY_BACKOFF_S if answer.is_fenced else interval)
+            catching_up = answer.is_fenced and not self.wants_fence()
+            await asyncio.sleep(RETRY_BACKOFF_S if catching_up else interval)
 
     async def alter_isr(self, changes: list[IsrChange]) -> tuple[ErrorCode, list[IsrAnswer]] | None:
         """AlterPartition for partitions this broker leads; None when no controller answered
@@ -289,6 +295,7 @@ class BrokerLifecycle:
             self._config.node_id,
             self.broker_epoch,
             metadata.driver.applied - 1,
+            want_fence=not want_shut_down and self.wants_fence(),
             want_shut_down=want_shut_down,
         )
         if metadata.is_active_controller:
@@ -301,7 +308,7 @@ class BrokerLifecycle:
             broker_id=request.broker_id,
             broker_epoch=request.broker_epoch,
             current_metadata_offset=request.metadata_offset,
-            want_fence=False,
+            want_fence=request.want_fence,
             want_shut_down=want_shut_down,
             offline_log_dirs=(),
         )

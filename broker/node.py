@@ -121,6 +121,7 @@ class Node:
         """The client listeners' handlers (also what forwarded requests are handled by)."""
         self.forwarding: Forwarding | None = None
         self.lifecycle: BrokerLifecycle | None = None
+        self._reported_all_failed = False
         self.controller_server: BrokerServer | None = None
         """The controller listener: the metadata quorum's requests, when this node votes."""
         self.state: NodeState | None = None
@@ -215,6 +216,7 @@ class Node:
         if "broker" in self.config.process_roles:
             self.lifecycle = BrokerLifecycle(self.config, metadata, self.cluster_id)
             self.state.producer_ids = self.lifecycle.allocate_producer_ids
+            self.lifecycle.wants_fence = self._every_log_dir_failed
             await self.lifecycle.start(
                 {name: (e.host, e.port) for name, e in self.state.advertised.items()}
             )
@@ -477,6 +479,22 @@ class Node:
                 await asyncio.sleep(ISR_RETRY_BACKOFF_S)  # before the leader asks again
                 self.replicas.isr_change_failed(partition, wanted)
             return
+
+    def _every_log_dir_failed(self) -> bool:
+        """No replica can live here any more (a full or failed disk under every log dir):
+        the broker asks to be fenced, so that its partitions get other leaders and ISRs at
+        once (Kafka's brokers stop for good in that case; this one stays up and says why in
+        DescribeLogDirs and its log)."""
+        logs = self.logs
+        failed = all(log_dir in logs.offline_dirs for log_dir in logs.log_dirs)
+        if failed and not self._reported_all_failed:
+            log.error(
+                "every log dir of broker %d has failed (%s): asking to be fenced",
+                self.config.node_id,
+                "; ".join(f"{d}: {why}" for d, why in logs.offline_dirs.items()),
+            )
+        self._reported_all_failed = failed
+        return failed
 
     def _high_watermarks(self) -> dict[TopicPartition, int]:
         assert self.state is not None

@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.cimpl import NewTopic
 
+from broker.protocol import ApiKey, request_type
 from tests.integration.clients import QUIET, admin_client, create_topic, read_all
-from tests.support.nodes import run_node
+from tests.support.nodes import RunningNode, run_node, start_cluster
+from tests.support.requests import fill
+from tests.support.wire import call
 
 
 def _send(bootstrap: str, topic: str, partition: int, count: int) -> list[int | None]:
@@ -182,3 +187,72 @@ def test_running_out_of_file_descriptors_is_survived(tmp_path: Path) -> None:
     with run_node(tmp_path) as node:
         assert _send(node.bootstrap, "wide", 999, 1) == [None]
         assert _send(node.bootstrap, "wide", 0, 1) == [None]
+
+
+def test_a_full_disk_on_a_leader_moves_its_partitions_and_loses_nothing(
+    tmp_path: Path, small_disk: Path
+) -> None:
+    """Three brokers (dedicated controllers), broker 3's only log dir on a 2 MiB disk, and
+    the partition's leader there (RF 3, min.insync.replicas=2). When the disk fills, broker 3
+    can hold no replica: it asks to be fenced, so the partition gets another leader and ISR at
+    once, the idempotent producer carries on without an error, every acknowledged record is
+    read back once, and broker 3 names its failed dir (DescribeLogDirs)."""
+    cluster = start_cluster(
+        tmp_path,
+        3,
+        3,
+        {"replica.fetch.backoff.ms": "200"},
+        each={3: {"log.dirs": str(small_disk), "metadata.log.dir": str(tmp_path / "meta-3")}},
+    )
+    bootstrap = ",".join(b.bootstrap for b in cluster.brokers)
+    try:
+        admin = admin_client(bootstrap)
+        deadline = time.monotonic() + 30
+        while len(admin.list_topics(timeout=10).brokers) < 3:
+            assert time.monotonic() < deadline, "the brokers did not all register"
+            time.sleep(0.2)
+        created = admin.create_topics(
+            [
+                NewTopic(
+                    "filling",
+                    num_partitions=1,
+                    replica_assignment=[[3, 1, 2]],
+                    config={"min.insync.replicas": "2"},
+                )
+            ]
+        )
+        created["filling"].result(timeout=30)
+        producer = Producer(
+            {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, **QUIET}
+        )
+        errors: list[KafkaError] = []
+
+        def delivered(error: KafkaError | None, _message: object) -> None:
+            if error is not None:
+                errors.append(error)
+
+        values = [b"%05d" % i + b"x" * 65_536 for i in range(100)]  # 6.5 MB: 3 times the disk
+        for value in values:
+            producer.produce("filling", value=value, on_delivery=delivered)
+            producer.poll(0)
+            time.sleep(0.01)
+        assert producer.flush(90) == 0
+        assert errors == []
+
+        partition = admin.list_topics("filling", timeout=10).topics["filling"].partitions[0]
+        assert partition.leader in (1, 2)
+        assert 3 not in partition.isrs
+        read = [m.value() for m in read_all(bootstrap, "filling", 1, len(values))]
+        assert read == values
+        dirs = _log_dirs(cluster.broker(3))
+        assert dirs == {str(small_disk): KafkaError.KAFKA_STORAGE_ERROR}
+        assert "asking to be fenced" in cluster.broker(3).log_tail(200_000)
+    finally:
+        cluster.kill()
+
+
+def _log_dirs(node: RunningNode) -> dict[str, int]:
+    """DescribeLogDirs, asked of `node` itself: each log dir's error code."""
+    body = fill(request_type(ApiKey.DESCRIBE_LOG_DIRS, 4), {"topics": None})
+    answer = call(("localhost", node.port), ApiKey.DESCRIBE_LOG_DIRS, 4, body)
+    return {result.log_dir: int(result.error_code) for result in answer.results}
