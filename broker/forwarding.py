@@ -38,6 +38,7 @@ FORWARDED_APIS = frozenset(
         ApiKey.ELECT_LEADERS,
         ApiKey.ALTER_PARTITION_REASSIGNMENTS,
         ApiKey.LIST_PARTITION_REASSIGNMENTS,
+        ApiKey.UNREGISTER_BROKER,
     }
 )
 """The requests whose answer is the active controller's: they write metadata (or, for

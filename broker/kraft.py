@@ -31,6 +31,7 @@ from broker.metadata.brokers import (
     fence,
     heartbeat,
     register,
+    unregister,
 )
 from broker.metadata.configs import ResolvedConfig, log_config, resolve_topic_configs
 from broker.metadata.elections import (
@@ -238,6 +239,19 @@ class MetadataService:
 
         def decide(_: QuorumController) -> tuple[Sequence[MetadataRecord], list[ElectionResult]]:
             return elect_leaders(self.image, election_type, wanted)
+
+        return await self.propose(decide)
+
+    async def unregister(self, broker_id: int) -> tuple[ErrorCode, str | None]:
+        """An UnregisterBroker request, decided and committed here (the active controller)."""
+
+        def decide(
+            _: QuorumController,
+        ) -> tuple[Sequence[MetadataRecord], tuple[ErrorCode, str | None]]:
+            records, error, message = unregister(
+                self.image, self.sessions, broker_id, self.unclean_allowed
+            )
+            return records, (error, message)
 
         return await self.propose(decide)
 

@@ -29,11 +29,10 @@ from broker.handlers.quorum import build_controller_dispatcher
 from broker.kraft import MetadataService
 from broker.lifecycle import BrokerLifecycle
 from broker.metadata import BROKER_RESOURCE, ConfigChanged, MetadataImage, PartitionChanged
-from broker.metadata.elections import IsrChange
 from broker.metadata.image import Change
 from broker.metrics import BrokerMetrics, MetricsEndpoint
 from broker.protocol.errors import ErrorCode
-from broker.replica import FetcherSettings, Partition, ReplicaFetchers, ReplicaManager
+from broker.replica import FetcherSettings, IsrSender, ReplicaFetchers, ReplicaManager
 from broker.server import BoundListener, BrokerServer, Dispatcher
 from broker.storage import Log, LogManager, StorageError
 from broker.storage.manager import TopicPartition
@@ -42,8 +41,6 @@ __all__ = ["Node", "NodeError", "format_log_dirs", "new_cluster_id"]
 
 log = logging.getLogger(__name__)
 
-ISR_RETRY_BACKOFF_S = 0.5
-"""How long an unanswered or refused AlterPartition waits before it is asked again."""
 
 _CONNECTION_LIMITS = (
     "max.connections",
@@ -229,7 +226,11 @@ class Node:
         loop = asyncio.get_running_loop()
         self._housekeeping = loop.create_task(self._housekeep())
         if self.lifecycle is not None:
-            replicas.on_isr_change = self._alter_isr
+            metadata = self.metadata
+            assert metadata is not None
+            replicas.on_isr_change = IsrSender(
+                replicas, lambda: metadata.image, self.lifecycle.alter_isr, self._spawn
+            )
             self._isr_checks = loop.create_task(self._check_isr())
         if self.config.log_cleaner_enable:
             self._cleaner = loop.create_task(
@@ -425,60 +426,6 @@ class Node:
                 self.replicas.check_isr()
             except Exception:
                 log.exception("checking the ISRs failed; retrying on the next round")
-
-    def _alter_isr(self, partition: Partition, wanted: tuple[int, ...]) -> None:
-        """Ask the active controller for a led partition's new ISR (in the background: the
-        answer comes back as a metadata change), against the epochs it was decided on."""
-        assert self.metadata is not None
-        image = self.metadata.image
-        topic = image.topics.get(partition.topic)
-        if topic is None:
-            return  # deleted: the partition goes with the next metadata change
-        change = IsrChange(
-            topic.topic_id,
-            partition.index,
-            partition.leader_epoch,
-            partition.pending_since_epoch,
-            tuple(
-                (member, image.brokers[member].epoch if member in image.brokers else -1)
-                for member in wanted
-            ),
-        )
-        self._spawn(self._send_isr(partition, wanted, change))
-
-    async def _send_isr(
-        self, partition: Partition, wanted: tuple[int, ...], change: IsrChange
-    ) -> None:
-        """Until the controller answers: a refusal lets the leader decide again; no answer
-        (the controller moved, or is unreachable) is asked again after a backoff, as long as
-        this request is still the partition's pending one (it may have been committed)."""
-        assert self.lifecycle is not None
-        assert self.replicas is not None
-        while partition.pending_isr == wanted and partition.pending_since_epoch == (
-            change.partition_epoch
-        ):
-            try:
-                answered = await self.lifecycle.alter_isr([change])
-            except Exception:
-                log.exception("AlterPartition for %s-%d failed", partition.topic, partition.index)
-                answered = None
-            if answered is None:
-                await asyncio.sleep(ISR_RETRY_BACKOFF_S)
-                continue
-            error = answered[1][0].error if answered[1] else answered[0]
-            # NEW_LEADER_ELECTED: committed, and it completed a reassignment that moved the
-            # leadership away; the metadata tells the rest.
-            if error not in (ErrorCode.none, ErrorCode.new_leader_elected):
-                log.info(
-                    "the controller did not change the ISR of %s-%d to %s: %s",
-                    partition.topic,
-                    partition.index,
-                    list(wanted),
-                    error.name,
-                )
-                await asyncio.sleep(ISR_RETRY_BACKOFF_S)  # before the leader asks again
-                self.replicas.isr_change_failed(partition, wanted)
-            return
 
     def _every_log_dir_failed(self) -> bool:
         """No replica can live here any more (a full or failed disk under every log dir):

@@ -58,6 +58,7 @@ HANDLED_APIS: frozenset[ApiKey] = frozenset(
         ApiKey.ELECT_LEADERS,
         ApiKey.ALTER_PARTITION_REASSIGNMENTS,
         ApiKey.LIST_PARTITION_REASSIGNMENTS,
+        ApiKey.UNREGISTER_BROKER,
     }
 )
 """The APIs a node has handlers for, known without a node: `gregor api-versions` prints their
@@ -101,6 +102,7 @@ def build_dispatcher(state: NodeState) -> Dispatcher:
     dispatcher.forward_checks[ApiKey.ALTER_CONFIGS] = alter.before_forwarding
     dispatcher.forward_checks[ApiKey.INCREMENTAL_ALTER_CONFIGS] = incremental.before_forwarding
     handlers[ApiKey.DESCRIBE_CLUSTER] = cluster.DescribeCluster(state)
+    handlers[ApiKey.UNREGISTER_BROKER] = cluster.UnregisterBroker(state)
     handlers[ApiKey.DESCRIBE_LOG_DIRS] = cluster.DescribeLogDirs(state)
     handlers[ApiKey.DELETE_RECORDS] = cluster.DeleteRecords(state)
     handlers[ApiKey.INIT_PRODUCER_ID] = InitProducerId(state)

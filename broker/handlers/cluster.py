@@ -11,7 +11,7 @@ from broker.server import RequestContext
 from .context import AUTHORIZED_OPERATIONS_OMITTED, CLUSTER_OPERATIONS, NO_THROTTLE, NodeState
 from .metadata import registered_brokers
 
-__all__ = ["DeleteRecords", "DescribeCluster", "DescribeLogDirs"]
+__all__ = ["DeleteRecords", "DescribeCluster", "DescribeLogDirs", "UnregisterBroker"]
 
 
 class DescribeCluster:
@@ -147,5 +147,24 @@ class DeleteRecords:
             )
         response: ResponseBody = build(
             schema.DeleteRecordsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics)
+        )
+        return response
+
+
+class UnregisterBroker:
+    """UnregisterBroker (`kafka-cluster unregister`, Admin.unregisterBroker): a broker removed
+    for good, decided by the active controller (brokers forward it there)."""
+
+    def __init__(self, state: NodeState) -> None:
+        self._state = state
+
+    async def __call__(self, context: RequestContext, request: Any) -> ResponseBody:
+        schema = response_module(ApiKey.UNREGISTER_BROKER, context.header.api_version)
+        error, message = await self._state.metadata.unregister(request.broker_id)
+        response: ResponseBody = build(
+            schema.UnregisterBrokerResponse,
+            throttle_time=NO_THROTTLE,
+            error_code=error,
+            error_message=message,
         )
         return response

@@ -27,6 +27,7 @@ from .records import (
     MetadataRecord,
     RegisterBrokerRecord,
     UnfenceBrokerRecord,
+    UnregisterBrokerRecord,
 )
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "fence",
     "heartbeat",
     "register",
+    "unregister",
 ]
 
 METADATA_VERSION = 21
@@ -227,6 +229,30 @@ def heartbeat(
         records.extend(elect_returning(image, broker.broker_id, unclean))
         fenced = False
     return records, HeartbeatAnswer(is_caught_up=caught_up, is_fenced=fenced)
+
+
+def unregister(
+    image: MetadataImage,
+    sessions: BrokerSessions,
+    broker_id: int,
+    unclean: Callable[[str], bool] = no_unclean,
+) -> tuple[list[MetadataRecord], ErrorCode, str | None]:
+    """An operator removes a broker from the cluster for good (UnregisterBroker, KIP-631;
+    what a scale-down does once the broker is gone): its leaderships and ISR places go as if
+    it were fenced, then its registration. A process still running under that id is refused
+    its next heartbeat and registers again."""
+    broker = image.brokers.get(broker_id)
+    if broker is None:
+        return (
+            [],
+            ErrorCode.broker_id_not_registered,
+            (f"Broker ID {broker_id} is not currently registered"),
+        )
+    records: list[MetadataRecord] = list(move_off(image, {broker_id}, unclean))
+    records.append(UnregisterBrokerRecord(broker_id, broker.epoch))
+    sessions.end(broker_id)
+    sessions.shutdown_offsets.pop(broker_id, None)
+    return records, ErrorCode.none, None
 
 
 def fence(

@@ -88,6 +88,7 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_CLUSTER = 60
     BROKER_REGISTRATION = 62
     BROKER_HEARTBEAT = 63
+    UNREGISTER_BROKER = 64
     ALLOCATE_PRODUCER_IDS = 67
 
 
@@ -143,6 +144,7 @@ SUPPORTED: Mapping[ApiKey, VersionRange] = _table(
         ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
         ApiKey.DESCRIBE_CLUSTER: (0, 2),
+        ApiKey.UNREGISTER_BROKER: (0, 0),
         # The metadata quorum's and the brokers' own, served on the controller listener only.
         ApiKey.VOTE: (0, 2),
         ApiKey.BEGIN_QUORUM_EPOCH: (0, 1),

@@ -5,6 +5,7 @@ fetches. What it must never do: decode requests or touch sockets (handlers do).
 """
 
 from .fetcher import FetcherSettings, ReplicaFetchers
+from .isr import IsrSender
 from .manager import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_PENDING_UPLOAD_TIMESTAMP,
@@ -29,6 +30,7 @@ __all__ = [
     "AppendResult",
     "FetchResult",
     "FetcherSettings",
+    "IsrSender",
     "OffsetResult",
     "Partition",
     "ReplicaFetchers",

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
 
 from tests.support.kafka_dist import (
     KafkaTools,
@@ -298,3 +299,38 @@ def test_log_dirs_and_api_versions_answer_for_every_broker(cluster: ToolCluster)
         assert f"(id: {broker} rack: " in versions, versions
     # Each broker's line for Produce: the versions it serves, and that the tool will use.
     assert len(re.findall(r"Produce\(0\): \d+ to 13 \[usable: 13\]", versions)) == 3, versions
+
+
+def _registered(bootstrap: str) -> set[int]:
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    return set(admin.list_topics(timeout=10).brokers)
+
+
+def test_a_broker_gone_for_good_is_unregistered(cluster: ToolCluster) -> None:
+    """What a scale-down does once a broker's pod is gone: kafka-cluster unregister. Its
+    partitions move off it, it leaves the cluster's metadata, and a process started again
+    under its id registers anew."""
+    tools = KafkaTools(cluster.bootstrap)
+    tools.topics("--create", "--topic", "leaving", "--replica-assignment", "3:1:2")
+    _wait_until(tools, "leaving", lambda d: d[0][2] == {1, 2, 3}, "in sync")
+    cluster.stop(3)  # (Kafka's JVM exits 143 on SIGTERM, Gregor 0)
+
+    unregistered = tools.cluster("unregister", "--id", "3")
+    assert "Broker 3 is no longer registered." in unregistered.stdout
+    deadline = time.monotonic() + 30
+    while _registered(cluster.bootstrap) != {1, 2}:
+        assert time.monotonic() < deadline, _registered(cluster.bootstrap)
+        time.sleep(0.5)
+    described = _describe(tools, "leaving")
+    assert described[0][0] in (1, 2)
+    assert 3 not in described[0][2]
+
+    with pytest.raises(ToolFailed) as refused:
+        tools.cluster("unregister", "--id", "7")
+    assert "BrokerIdNotRegisteredException" in str(refused.value)
+
+    cluster.restart(3)
+    deadline = time.monotonic() + 30
+    while _registered(cluster.bootstrap) != {1, 2, 3}:
+        assert time.monotonic() < deadline, _registered(cluster.bootstrap)
+        time.sleep(0.5)

@@ -109,7 +109,7 @@ def test_only_apis_with_handlers_are_advertised(node: RunningNode) -> None:
         ApiKey.DESCRIBE_LOG_DIRS, ApiKey.CREATE_PARTITIONS, ApiKey.DELETE_GROUPS,
         ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.OFFSET_DELETE, ApiKey.DESCRIBE_CLUSTER,
         ApiKey.ELECT_LEADERS, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
-        ApiKey.LIST_PARTITION_REASSIGNMENTS,
+        ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.UNREGISTER_BROKER,
     }  # fmt: skip
     assert set(advertised) == served  # nothing without a handler (SASL, Raft, transactions)
     assert advertised == {key: (SUPPORTED[key].min, SUPPORTED[key].max) for key in served}

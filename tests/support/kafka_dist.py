@@ -44,6 +44,7 @@ from tests.support.nodes import free_port
 
 __all__ = [
     "BROKER_API_VERSIONS_COMMAND",
+    "CLUSTER_TOOL",
     "CONFIG_COMMAND",
     "CONSOLE_CONSUMER",
     "CONSOLE_PRODUCER",
@@ -89,6 +90,7 @@ LEADER_ELECTION_COMMAND = "org.apache.kafka.tools.LeaderElectionCommand"
 REASSIGN_PARTITIONS_COMMAND = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
 LOG_DIRS_COMMAND = "org.apache.kafka.tools.LogDirsCommand"
 BROKER_API_VERSIONS_COMMAND = "org.apache.kafka.tools.BrokerApiVersionsCommand"
+CLUSTER_TOOL = "org.apache.kafka.tools.ClusterTool"
 STORAGE_TOOL = "kafka.tools.StorageTool"
 KAFKA_MAIN = "kafka.Kafka"
 
@@ -404,6 +406,12 @@ class KafkaTools:
 
     def broker_api_versions(self, *args: str, **options: Unpack[RunOptions]) -> ToolResult:
         return self._run(BROKER_API_VERSIONS_COMMAND, args, options)
+
+    def cluster(self, command: str, *args: str, **options: Unpack[RunOptions]) -> ToolResult:
+        """kafka-cluster: its sub-command comes before `--bootstrap-server`."""
+        return run_tool(
+            CLUSTER_TOOL, command, "--bootstrap-server", self.bootstrap, *args, **options
+        )
 
     def _run(self, main_class: str, args: tuple[str, ...], options: RunOptions) -> ToolResult:
         return run_tool(main_class, "--bootstrap-server", self.bootstrap, *args, **options)

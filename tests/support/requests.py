@@ -141,6 +141,7 @@ TEMPLATES: dict[ApiKey, Template] = {
         "topics": None,
         "timeout": timedelta(seconds=30),
     },
+    ApiKey.UNREGISTER_BROKER: lambda v, topic_id: {"broker_id": 99},  # no such broker
     ApiKey.DELETE_RECORDS: lambda v, topic_id: {
         "topics": [{"name": TOPIC, "partitions": [{"partition_index": 0, "offset": 0}]}],
         "timeout": timedelta(seconds=30),

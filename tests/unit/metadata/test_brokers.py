@@ -16,6 +16,7 @@ from broker.metadata.brokers import (
     fence,
     heartbeat,
     register,
+    unregister,
 )
 from broker.metadata.controller import QuorumController, TopicRequest
 from broker.metadata.image import MetadataImage
@@ -256,3 +257,32 @@ def test_a_change_for_an_earlier_registration_changes_nothing() -> None:
     )
     broker = cluster.image.brokers[1]
     assert (broker.epoch, broker.fenced, broker.in_controlled_shutdown) == (new, False, False)
+
+
+def test_an_unregistered_broker_leaves_the_cluster_and_its_partitions() -> None:
+    cluster = Cluster()
+    epochs = {broker_id: cluster.register(broker_id, now=0) for broker_id in (1, 2, 3)}
+    for broker_id, epoch in epochs.items():
+        cluster.commit(
+            heartbeat(cluster.image, cluster.sessions, Heartbeat(broker_id, epoch, 9), now_ms=1)[0]
+        )
+    controller = QuorumController(cluster.image, num_partitions=3, replication_factor=3)
+    records, _ = controller.create_topics([TopicRequest("t")])
+    cluster.commit(records)
+
+    records, error, message = unregister(cluster.image, cluster.sessions, 3)
+    assert (error, message) == (ErrorCode.none, None)
+    cluster.commit(records)
+    assert set(cluster.image.brokers) == {1, 2}
+    assert cluster.image.registration(3) is None
+    for state in cluster.image.topics["t"].partitions.values():
+        assert state.leader in (1, 2)
+        assert 3 not in state.isr
+    # Its session ended with it: a new process under its id registers at once.
+    assert not cluster.sessions.alive(3, 2)
+
+    assert unregister(cluster.image, cluster.sessions, 3) == (
+        [],
+        ErrorCode.broker_id_not_registered,
+        "Broker ID 3 is not currently registered",
+    )
