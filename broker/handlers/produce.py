@@ -165,17 +165,24 @@ class Handler:
             for outcome in partitions
             if outcome.error == ErrorCode.none and outcome.info is not None and outcome.topic
         ]
-        if not appended:
+        waiting = []
+        for outcome in appended:
+            end = outcome.info.last_offset + 1 if outcome.info else 0
+            # Most answers are known at once (one replica, or quick followers): no task.
+            now = self._replicas.replicated_now(outcome.topic or "", outcome.index, end)
+            if now is None:
+                waiting.append((outcome, end))
+            elif now != ErrorCode.none:
+                outcome.error, outcome.info = now, None
+        if not waiting:
             return
         errors = await asyncio.gather(
             *(
-                self._replicas.wait_for_replication(
-                    o.topic or "", o.index, o.info.last_offset + 1 if o.info else 0, timeout
-                )
-                for o in appended
+                self._replicas.wait_for_replication(o.topic or "", o.index, end, timeout)
+                for o, end in waiting
             )
         )
-        for outcome, error in zip(appended, errors, strict=True):
+        for (outcome, _), error in zip(waiting, errors, strict=True):
             if error != ErrorCode.none:
                 outcome.error = error
                 outcome.info = None

@@ -816,6 +816,19 @@ class ReplicaManager:
             if not future.done():
                 future.set_result(ErrorCode.not_leader_or_follower)
 
+    def replicated_now(self, topic: str, index: int, end_offset: int) -> ErrorCode | None:
+        """`wait_for_replication`'s answer if there is nothing to wait for (the high watermark
+        has passed `end_offset` already: a leader alone in its ISR, or followers that were
+        quick), without a task or a turn of the event loop; None when it must wait."""
+        found = self.get_leader(topic, index)
+        if isinstance(found, ErrorCode):
+            return found
+        if found.high_watermark < end_offset:
+            return None
+        if len(found.maximal_isr) < self.min_insync_replicas(topic):
+            return ErrorCode.not_enough_replicas_after_append
+        return ErrorCode.none
+
     async def wait_for_replication(
         self, topic: str, index: int, end_offset: int, timeout: float
     ) -> ErrorCode:

@@ -340,3 +340,24 @@ def test_a_restarted_replica_serves_what_was_committed_before_it_stopped(
     assert read is not None
     assert read.size > 0
     logs.shutdown(now_ms=4_000)
+
+
+def test_acks_all_is_known_at_once_when_the_high_watermark_has_passed(
+    leader: ReplicaManager, tmp_path: Path
+) -> None:
+    """The produce handler answers without a task when nothing is to be waited for."""
+    partition = leader.partitions[("t", 0)]
+    leader.append("t", 0, batch(2), acks=-1)
+    assert leader.replicated_now("t", 0, 2) is None  # followers 2 and 3 have not fetched
+    leader.follower_fetched(partition, 2, 2)
+    leader.follower_fetched(partition, 3, 2)
+    assert leader.replicated_now("t", 0, 2) == ErrorCode.none
+    leader.min_insync_replicas = lambda _topic: 4
+    assert leader.replicated_now("t", 0, 2) == ErrorCode.not_enough_replicas_after_append
+    assert leader.replicated_now("t", 1, 2) == ErrorCode.unknown_topic_or_partition
+
+    alone, logs = _manager(tmp_path / "alone-now", 1)
+    alone.apply(PartitionChanged(TOPIC, 0, _state(1, 0, isr=(1,))))
+    alone.append("t", 0, batch(3), acks=-1)
+    assert alone.replicated_now("t", 0, 3) == ErrorCode.none
+    logs.shutdown(now_ms=2_000)
