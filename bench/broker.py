@@ -219,7 +219,7 @@ def measure(
 # -- the report ------------------------------------------------------------------------------
 
 
-def _ratio(gregor: float | None, kafka: float | None) -> str:
+def ratio(gregor: float | None, kafka: float | None) -> str:
     if gregor is None or kafka is None or kafka == 0:
         return "n/a"
     return f"{gregor / kafka:.2f}"
@@ -270,7 +270,7 @@ def report(results: dict[BrokerKind, list[dict[Case, Measurement]]], rate: int) 
         lines.append(f"{title:<28}{'Gregor':>10}{'Kafka':>10}{'ratio':>8}")
         for case in CASES:
             g, k = field(gregor, case, name), field(kafka, case, name)
-            lines.append(f"  {case!s:<26}{shown(g, 10)}{shown(k, 10)}{_ratio(g, k):>8}")
+            lines.append(f"  {case!s:<26}{shown(g, 10)}{shown(k, 10)}{ratio(g, k):>8}")
     for title, prefix in (
         ("produce latency at saturation", "produce"),
         (f"produce latency at {rate} records/s", "latency"),
@@ -283,16 +283,17 @@ def report(results: dict[BrokerKind, list[dict[Case, Measurement]]], rate: int) 
             for table in (gregor, kafka):
                 p50, p99 = field(table, case, f"{prefix}_p50"), field(table, case, f"{prefix}_p99")
                 cells.append("-" if p50 is None else f"{p50:.0f}/{p99:.0f}")
-            ratio = _ratio(
+            p99_ratio = ratio(
                 field(gregor, case, f"{prefix}_p99"), field(kafka, case, f"{prefix}_p99")
             )
-            lines.append(f"  {case!s:<34}{cells[0]:>19}{cells[1]:>19}{ratio:>11}")
+            lines.append(f"  {case!s:<34}{cells[0]:>19}{cells[1]:>19}{p99_ratio:>11}")
     headline = Case(*HEADLINE)
-    cpu = _ratio(field(gregor, headline, "cpu_per_gb"), field(kafka, headline, "cpu_per_gb"))
+    cpu = ratio(field(gregor, headline, "cpu_per_gb"), field(kafka, headline, "cpu_per_gb"))
     lines.append(f"cpu_per_gb_vs_kafka={cpu}")
     for label, name in (("produce_vs_kafka", "produce_mbps"), ("consume_vs_kafka", "consume_mbps")):
-        ratio = _ratio(field(gregor, headline, name), field(kafka, headline, name))
-        lines.append(f"{label}={ratio}")
+        lines.append(
+            f"{label}={ratio(field(gregor, headline, name), field(kafka, headline, name))}"
+        )
     return lines
 
 
@@ -315,18 +316,26 @@ def preflight(kind: BrokerKind) -> str | None:
     return None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.broker", description=__doc__.split("\n")[0]
-    )
+def workload_arguments(
+    prog: str, doc: str, argv: Sequence[str] | None, *, latency_rate: int
+) -> tuple[argparse.Namespace, tuple[BrokerKind, ...]]:
+    """The options every broker benchmark takes, parsed; and the targets they name."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n", maxsplit=1)[0])
     parser.add_argument("--target", choices=("both", *BROKERS), default="both")
     parser.add_argument("--records", type=int, default=100_000, help="per throughput run")
     parser.add_argument("--latency-records", type=int, default=6_000)
-    parser.add_argument("--latency-rate", type=int, default=2_000, help="records/s")
+    parser.add_argument("--latency-rate", type=int, default=latency_rate, help="records/s")
     parser.add_argument("--warmup-records", type=int, default=50_000, help="0 for none")
     parser.add_argument("--rounds", type=int, default=1)
     arguments = parser.parse_args(argv)
     targets: tuple[BrokerKind, ...] = BROKERS if arguments.target == "both" else (arguments.target,)
+    return arguments, targets
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments, targets = workload_arguments(
+        "python -m bench.broker", __doc__, argv, latency_rate=2_000
+    )
 
     started = time.perf_counter()
     fetch()

@@ -43,9 +43,9 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from bench.broker import RECORD_BYTES, Case, Produced, _ratio, produce
+from bench.broker import RECORD_BYTES, Case, Produced, produce, ratio, workload_arguments
 from bench.cpu import CpuMeter
-from tests.support.brokers import BROKERS, BrokerKind
+from tests.support.brokers import BrokerKind
 from tests.support.kafka_dist import KAFKA_VERSION, KafkaTools, fetch, start_kafka_cluster
 from tests.support.kafka_dist import stop_kafka_cluster as _stop_kafka
 from tests.support.nodes import start_cluster
@@ -171,28 +171,20 @@ def report(results: dict[BrokerKind, list[Round]], rate: int) -> list[str]:
     lines = [f"{'3 nodes, RF 3, 8 partitions':<32}{'Gregor':>10}{'Kafka':>10}{'ratio':>8}"]
     for title, pick in rows:
         g, k = median("gregor", pick), median("kafka", pick)
-        lines.append(f"  {title:<30}{shown(g)}{shown(k)}{_ratio(g, k):>8}")
+        lines.append(f"  {title:<30}{shown(g)}{shown(k)}{ratio(g, k):>8}")
     for label, pick in (
         ("replicated_cpu_per_gb_vs_kafka", "cpu"),
         ("replicated_produce_vs_kafka", "mbps"),
         ("replicated_p99_vs_kafka", "p99"),
     ):
-        lines.append(f"{label}={_ratio(median('gregor', pick), median('kafka', pick))}")
+        lines.append(f"{label}={ratio(median('gregor', pick), median('kafka', pick))}")
     return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.replicated", description=__doc__.split("\n")[0]
+    arguments, targets = workload_arguments(
+        "python -m bench.replicated", __doc__, argv, latency_rate=1_000
     )
-    parser.add_argument("--target", choices=("both", *BROKERS), default="both")
-    parser.add_argument("--records", type=int, default=100_000, help="per throughput run")
-    parser.add_argument("--latency-records", type=int, default=6_000)
-    parser.add_argument("--latency-rate", type=int, default=1_000, help="records/s")
-    parser.add_argument("--warmup-records", type=int, default=50_000, help="0 for none")
-    parser.add_argument("--rounds", type=int, default=1)
-    arguments = parser.parse_args(argv)
-    targets: tuple[BrokerKind, ...] = BROKERS if arguments.target == "both" else (arguments.target,)
 
     started = time.perf_counter()
     fetch()

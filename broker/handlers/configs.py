@@ -212,22 +212,17 @@ class _Alter:
                 outcome = Outcome(ErrorCode.invalid_request, refused)
             else:
                 outcome = await self._state.metadata.propose(decide)
-            responses.append(
-                build(
-                    schema.AlterConfigsResourceResponse,
-                    error_code=outcome.error,
-                    error_message=outcome.message,
-                    resource_type=resource.resource_type,
-                    resource_name=resource.resource_name,
-                )
-            )
+            responses.append(_resource_answer(schema, resource, outcome))
+        return self._answer(schema, responses, NO_THROTTLE)
+
+    def _answer(self, schema: Any, responses: list[Any], throttle: Any) -> ResponseBody:
         response_type = (
             schema.IncrementalAlterConfigsResponse
             if self.incremental
             else schema.AlterConfigsResponse
         )
         response: ResponseBody = build(
-            response_type, throttle_time=NO_THROTTLE, responses=tuple(responses)
+            response_type, throttle_time=throttle, responses=tuple(responses)
         )
         return response
 
@@ -256,25 +251,10 @@ class _Alter:
             if refusal is None:
                 responses.append(next(controller_answers))
                 continue
-            responses.append(
-                build(
-                    schema.AlterConfigsResourceResponse,
-                    error_code=ErrorCode.invalid_request,
-                    error_message=refusal,
-                    resource_type=resource.resource_type,
-                    resource_name=resource.resource_name,
-                )
-            )
-        response_type = (
-            schema.IncrementalAlterConfigsResponse
-            if self.incremental
-            else schema.AlterConfigsResponse
-        )
+            refused = Outcome(ErrorCode.invalid_request, refusal)
+            responses.append(_resource_answer(schema, resource, refused))
         throttle = NO_THROTTLE if answered is None else answered.throttle_time
-        response: ResponseBody = build(
-            response_type, throttle_time=throttle, responses=tuple(responses)
-        )
-        return response
+        return self._answer(schema, responses, throttle)
 
     def _other_broker(self, resource_type: int, name: str) -> str | None:
         """A broker's own configs are changed through that broker (as Kafka's clients send
@@ -286,6 +266,16 @@ class _Alter:
         if int(name) != self._state.node_id:
             return f"Unexpected broker id, expected {self._state.node_id}, but received {name}"
         return None
+
+
+def _resource_answer(schema: Any, resource: Any, outcome: Outcome) -> Any:
+    return build(
+        schema.AlterConfigsResourceResponse,
+        error_code=outcome.error,
+        error_message=outcome.message,
+        resource_type=resource.resource_type,
+        resource_name=resource.resource_name,
+    )
 
 
 class AlterConfigs(_Alter):

@@ -15,7 +15,7 @@ Pure: the image in, PartitionChangeRecords out.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from broker.protocol.errors import ErrorCode
 
@@ -125,15 +125,7 @@ def _start(
     if not isr:
         message = "None of the replicas the partition keeps is in its ISR."
         return ErrorCode.invalid_replica_assignment, message, None
-    started = PartitionState(
-        replicas=replicas,
-        isr=isr,
-        leader=_leader(state.leader, replicas, isr, usable),
-        leader_epoch=state.leader_epoch,
-        partition_epoch=state.partition_epoch,
-        adding=adding,
-        removing=removing,
-    )
+    started = _assigned(state, replicas, isr, usable, adding=adding, removing=removing)
     return ErrorCode.none, None, _record(topic_id, index, state, _completed(started, usable))
 
 
@@ -153,14 +145,25 @@ def _cancel(
             "leader election."
         )
         return ErrorCode.invalid_replica_assignment, message, None
-    reverted = PartitionState(
-        replicas=replicas,
-        isr=isr,
-        leader=_leader(state.leader, replicas, isr, usable),
-        leader_epoch=state.leader_epoch,
-        partition_epoch=state.partition_epoch,
-    )
+    reverted = _assigned(state, replicas, isr, usable)
     return ErrorCode.none, None, _record(topic_id, index, state, reverted)
+
+
+def _assigned(
+    state: PartitionState,
+    replicas: tuple[int, ...],
+    isr: tuple[int, ...],
+    usable: set[int],
+    *,
+    adding: tuple[int, ...] = (),
+    removing: tuple[int, ...] = (),
+) -> PartitionState:
+    """`state` with these replicas and ISR (and a reassignment's `adding` and `removing`,
+    if any), its leader kept if it is still a replica."""
+    leader = _leader(state.leader, replicas, isr, usable)
+    return replace(
+        state, replicas=replicas, isr=isr, leader=leader, adding=adding, removing=removing
+    )
 
 
 def _leader(leader: int, replicas: tuple[int, ...], isr: tuple[int, ...], usable: set[int]) -> int:
@@ -199,15 +202,7 @@ def complete_if_done(
 ) -> PartitionChangeRecord:
     """The record that gives the partition `state` the ISR `isr`, and that completes its
     reassignment if every target replica is then in sync."""
-    changed = PartitionState(
-        replicas=state.replicas,
-        isr=isr,
-        leader=state.leader,
-        leader_epoch=state.leader_epoch,
-        partition_epoch=state.partition_epoch,
-        adding=state.adding,
-        removing=state.removing,
-    )
+    changed = replace(state, isr=isr)
     return _record(topic_id, index, state, _completed(changed, image.usable_broker_ids()))
 
 
@@ -220,16 +215,10 @@ def _completed(state: PartitionState, usable: set[int]) -> PartitionState:
     if any(r not in state.isr for r in target):
         return state
     isr = tuple(r for r in state.isr if r in target)
-    leader = _leader(state.leader, target, isr, usable)
-    if leader == _NO_LEADER and state.leader != _NO_LEADER:
+    completed = _assigned(state, target, isr, usable)
+    if completed.leader == _NO_LEADER and state.leader != _NO_LEADER:
         return state  # none of the target can lead yet: the old replicas stay
-    return PartitionState(
-        replicas=target,
-        isr=isr,
-        leader=leader,
-        leader_epoch=state.leader_epoch,
-        partition_epoch=state.partition_epoch,
-    )
+    return completed
 
 
 def _record(

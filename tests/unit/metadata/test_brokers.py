@@ -65,6 +65,13 @@ class Cluster:
         self.commit(records)
         return answer.broker_epoch
 
+    def register_live(self, broker_id: int) -> int:
+        """Register the broker and unfence it, as its first heartbeat after catching up does."""
+        epoch = self.register(broker_id, now=0)
+        request = Heartbeat(broker_id, epoch, epoch)
+        self.commit(heartbeat(self.image, self.sessions, request, now_ms=0)[0])
+        return epoch
+
 
 def test_a_broker_registers_fenced_with_its_registrations_offset_as_epoch() -> None:
     cluster = Cluster()

@@ -29,12 +29,7 @@ from tests.unit.metadata.test_brokers import Cluster
 def _cluster(brokers: int = 3) -> Cluster:
     cluster = Cluster()
     for broker_id in range(1, brokers + 1):
-        epoch = cluster.register(broker_id, now=0)
-        cluster.commit(
-            heartbeat(
-                cluster.image, cluster.sessions, Heartbeat(broker_id, epoch, epoch), now_ms=0
-            )[0]
-        )
+        cluster.register_live(broker_id)
     controller = QuorumController(cluster.image, num_partitions=3, replication_factor=3)
     records, results = controller.create_topics([TopicRequest("t", replication_factor=3)])
     assert results[0].error == 0

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import uuid
 
-from broker.metadata.brokers import Heartbeat, heartbeat
 from broker.metadata.elections import IsrChange, alter_isr
 from broker.metadata.image import MetadataImage, PartitionState
 from broker.metadata.reassignments import Reassignment, alter_reassignments, ongoing
@@ -21,12 +20,7 @@ TOPIC_ID = uuid.UUID(int=7)
 def _cluster(brokers: int = 4, replicas: tuple[int, ...] = (1, 2, 3)) -> Cluster:
     cluster = Cluster()
     for broker_id in range(1, brokers + 1):
-        epoch = cluster.register(broker_id, now=0)
-        cluster.commit(
-            heartbeat(
-                cluster.image, cluster.sessions, Heartbeat(broker_id, epoch, epoch), now_ms=0
-            )[0]
-        )
+        cluster.register_live(broker_id)
     cluster.commit(
         [
             TopicRecord("t", TOPIC_ID),
