@@ -21,9 +21,11 @@ on Gregor and on Apache Kafka in the same run, with the same load:
    (`--list-offsets` ListOffsets for the max timestamp of the partition, one after another, with
    confluent-kafka's AdminClient; each one's duration is reported too).
 
-The report gives each phase's p50, p99 and max round trip and the number of round trips; the
-output ends with `clean_p99_ms=<Gregor's p99 while cleaning>`, `list_offsets_p99_ms=<…>`, and
-their ratios against Kafka's in the same run (`…_vs_kafka`). A round trip that the broker never
+The report gives each phase's p50, p99 and max round trip and the number of round trips, and the
+broker process's CPU seconds (from /proc) from the start of the load to the end of the last
+ListOffsets, per GB loaded; the output ends with `clean_p99_ms=<Gregor's p99 while cleaning>`,
+`list_offsets_p99_ms=<…>`, `cpu_per_gb=<…>`, each followed by its ratio against Kafka's in the
+same run (`…_vs_kafka`). A round trip that the broker never
 answers (a closed connection) counts as a failure and is reported. It is a measurement, never a
 test: on a shared 2-core machine the pinger, the producer and the broker compete for the CPU.
 """
@@ -47,6 +49,8 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec  # re-exported without __all__
 from confluent_kafka.cimpl import NewTopic
 
+from bench.broker import ratio
+from bench.cpu import CpuMeter
 from broker.protocol import ApiKey, FrameReader, RequestHeader, build, encode_request, request_type
 from tests.support.brokers import BROKERS, BrokerKind, RunningBroker, run_broker
 from tests.support.kafka_dist import KAFKA_VERSION, fetch
@@ -228,6 +232,8 @@ class Measurement:
     clean_seconds: float
     cleaned: bool
     list_offsets_ms: list[float]
+    cpu_per_gb: float
+    """The broker's CPU seconds from the load to the last ListOffsets, per GB loaded."""
 
 
 def percentile(sorted_values: Sequence[float], fraction: float) -> float:
@@ -253,10 +259,12 @@ def window(samples: Sequence[tuple[float, float, bool]], start: float, end: floa
 def measure(kind: BrokerKind, directory: Path, arguments: argparse.Namespace) -> Measurement:
     with run_broker(kind, directory, kafka_heap="1g") as broker:
         create_topic(broker)
+        meter = CpuMeter([broker.pid])
         with pinger(broker) as samples:
             marks = [time.monotonic()]
             time.sleep(IDLE_S)
             marks.append(time.monotonic())
+            meter.start()
             records = load(broker, arguments.megabytes, arguments.keys)
             marks.append(time.monotonic())
             print(f"  {kind}: {records} records produced, waiting for the cleaner", flush=True)
@@ -264,11 +272,13 @@ def measure(kind: BrokerKind, directory: Path, arguments: argparse.Namespace) ->
             marks.append(time.monotonic())
             durations = list_max_timestamp(broker, arguments.list_offsets)
             marks.append(time.monotonic())
+            meter.stop()
     windows = {
         phase: window(samples, marks[index], marks[index + 1]) for index, phase in enumerate(PHASES)
     }
+    (cpu_per_gb,) = meter.per_gb(records * RECORD_BYTES)
     return Measurement(
-        windows, records, marks[3] - marks[2], cleaned, [d * 1000 for d in durations]
+        windows, records, marks[3] - marks[2], cleaned, [d * 1000 for d in durations], cpu_per_gb
     )
 
 
@@ -287,15 +297,19 @@ def report(results: dict[BrokerKind, Measurement]) -> list[str]:
         listed = ", ".join(f"{ms:.0f}" for ms in measurement.list_offsets_ms)
         lines.append(
             f"{kind:<7} cleaning {state} in {measurement.clean_seconds:.0f} s after the load; "
-            f"ListOffsets(max timestamp) took {listed} ms"
+            f"ListOffsets(max timestamp) took {listed} ms; "
+            f"{measurement.cpu_per_gb:.2f} CPU-s per GB loaded"
         )
     gregor, kafka = results.get("gregor"), results.get("kafka")
     for phase, name in (("clean", "clean"), ("list-offsets", "list_offsets")):
         ours = gregor.windows[phase].p99_ms if gregor else None
         theirs = kafka.windows[phase].p99_ms if kafka else None
         lines.append(f"{name}_p99_ms={'n/a' if ours is None else f'{ours:.1f}'}")
-        ratio = "n/a" if ours is None or not theirs else f"{ours / theirs:.2f}"
-        lines.append(f"{name}_p99_vs_kafka={ratio}")
+        lines.append(f"{name}_p99_vs_kafka={ratio(ours, theirs)}")
+    ours = gregor.cpu_per_gb if gregor else None
+    theirs = kafka.cpu_per_gb if kafka else None
+    lines.append(f"cpu_per_gb={'n/a' if ours is None else f'{ours:.2f}'}")
+    lines.append(f"cpu_per_gb_vs_kafka={ratio(ours, theirs)}")
     return lines
 
 
