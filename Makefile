@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
 .PHONY: install kcat host-packages kafka-dist run test test-unit test-integration test-e2e lint format clean \
-	bench-storage bench-broker bench-replicated bench-responsiveness bench-flood cluster cluster-down cluster-env cluster-build images
+	bench-storage bench-broker bench-replicated bench-responsiveness bench-flood cluster cluster-down cluster-env cluster-build images crds
 
 install: $(STAMP) kcat
 
@@ -76,6 +76,10 @@ bench-flood: kafka-dist
 
 # A real single-node Kubernetes (kind if it works here, else built from the pinned release's Go
 # modules and started as host processes; needs root). Builds are cached in ~/.cache/gregor.
+# The CRDs in crds/, generated from the operator's models (a unit test fails when they are stale).
+crds: install
+	$(BIN)/python -m gregor_operator.crds
+
 cluster: install
 	$(BIN)/python -m localkube up
 

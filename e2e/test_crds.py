@@ -1,0 +1,142 @@
+"""The CRDs on a real API server: they are accepted (structural schemas, CEL rules that
+compile), the examples are valid resources, an invalid resource is refused at admission with a
+message that names the problem, and applying the same manifests again changes nothing a GitOps
+tool would flag."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e.conftest import Kubectl
+
+ROOT = Path(__file__).resolve().parent.parent
+CRDS = sorted((ROOT / "crds").glob("*.yaml"))
+EXAMPLES = ROOT / "examples"
+MANAGER = "gregor-e2e"
+
+
+@pytest.fixture(scope="module")
+def crds(kubectl: Kubectl) -> None:
+    """The CRDs, applied as a user applies them (they stay: the cluster is shared)."""
+    for path in CRDS:
+        kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+    names = [yaml.safe_load(path.read_text())["metadata"]["name"] for path in CRDS]
+    kubectl("wait", "--for=condition=Established", "--timeout=60s", *(f"crd/{n}" for n in names))
+
+
+def apply(kubectl: Kubectl, namespace: str, document: dict[str, Any], *extra: str) -> str:
+    return kubectl(
+        "apply",
+        "--server-side",
+        f"--field-manager={MANAGER}",
+        *extra,
+        "-f",
+        "-",
+        namespace=namespace,
+        stdin=json.dumps(document),
+    )
+
+
+def refused(kubectl: Kubectl, namespace: str, document: dict[str, Any]) -> str:
+    with pytest.raises(AssertionError) as caught:
+        apply(kubectl, namespace, document)
+    return str(caught.value)
+
+
+def example(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((EXAMPLES / name).read_text())
+    return loaded
+
+
+def test_the_examples_are_accepted_and_a_second_apply_changes_nothing(
+    crds: None, kubectl: Kubectl, namespace: str
+) -> None:
+    for name in ("kafkacluster.yaml", "kafkacluster-combined.yaml", "topic.yaml"):
+        apply(kubectl, namespace, example(name))
+    stored = json.loads(kubectl("get", "kafkacluster", "gregor", "-o", "json", namespace=namespace))
+    # The API server filled in the defaults the models give.
+    assert stored["spec"]["brokers"]["storage"]["type"] == "persistent-claim"
+    assert stored["spec"]["listeners"] == [
+        {"name": "plain", "port": 9092, "type": "internal", "tls": False}
+    ]
+    # What Argo CD and Flux do on every sync: nothing to change, nothing to report.
+    for name in ("kafkacluster.yaml", "kafkacluster-combined.yaml", "topic.yaml"):
+        kubectl(
+            "diff",
+            "--server-side",
+            f"--field-manager={MANAGER}",
+            "-f",
+            str(EXAMPLES / name),
+            namespace=namespace,
+        )
+    listed = kubectl("get", "kc,kt", namespace=namespace)
+    for column in ("READY", "NODES", "BOOTSTRAP", "CLUSTER", "PARTITIONS", "REPLICAS"):
+        assert column in listed, listed
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"config": {"node.id": 7}}, ".spec.config.node.id: field not declared in schema"),
+        (
+            {"config": {"log.retention.hour": 1, "num.partitions": 3}},
+            ".spec.config.log.retention.hour: field not declared in schema",
+        ),
+        (
+            {"config": {"auto.create.topics.enable": "no"}},
+            ".spec.config.auto.create.topics.enable: expected boolean",
+        ),
+        ({"combined": {"replicas": 1}}, "give either combined, or controllers and brokers"),
+        ({"listeners": [{"name": "plain", "port": 9091}]}, "operator's own"),
+        ({"brokers": {"replicas": 0}}, "should be greater than or equal to 1"),
+        ({"brokers": {"replicas": 3, "storage": {"size": "lots"}}}, "should match"),
+    ],
+)
+def test_an_invalid_cluster_is_refused_at_admission_with_a_message_naming_the_problem(
+    crds: None, kubectl: Kubectl, namespace: str, change: dict[str, Any], message: str
+) -> None:
+    document = example("kafkacluster.yaml")
+    document["spec"] |= change
+    assert message in refused(kubectl, namespace, document)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"config": {"min.insync.replicas": 3}}, "min.insync.replicas must be below replicas"),
+        (
+            {"config": {"retention.hours": 1}},
+            ".spec.config.retention.hours: field not declared in schema",
+        ),
+        ({"topicName": "has spaces"}, "should match"),
+    ],
+)
+def test_an_invalid_topic_is_refused_at_admission_with_a_message_naming_the_problem(
+    crds: None, kubectl: Kubectl, namespace: str, change: dict[str, Any], message: str
+) -> None:
+    document = example("topic.yaml")
+    document["spec"] |= change
+    assert message in refused(kubectl, namespace, document)
+
+
+def test_a_topics_cluster_and_name_cannot_change(
+    crds: None, kubectl: Kubectl, namespace: str
+) -> None:
+    document = example("topic.yaml")
+    document["spec"]["topicName"] = "orders.v1"
+    apply(kubectl, namespace, document)
+    for field, value, message in (
+        ("cluster", "other", "cluster cannot be changed"),
+        ("topicName", "orders.v2", "topicName cannot be changed"),
+    ):
+        changed = json.loads(json.dumps(document))
+        changed["spec"][field] = value
+        assert message in refused(kubectl, namespace, changed)
+    long_name = example("topic.yaml")
+    long_name["metadata"]["name"] = "t" * 250
+    assert "at most 249 characters" in refused(kubectl, namespace, long_name)

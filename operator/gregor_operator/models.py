@@ -1,0 +1,463 @@
+"""The custom resources: `KafkaCluster`, `Topic` and `User` (group `gregor.dev`, `v1alpha1`).
+
+What it owns: the shape of each resource's spec and status, their defaults, and every rule
+that can be checked from the resource alone (ranges, enums, config keys, rules across fields).
+The CustomResourceDefinitions in `crds/` are generated from these models (`crds`), so the API
+server enforces the same rules at admission that the operator checks when it reads a resource;
+a rule the schema cannot state is checked here and reported as a condition. What it must never
+do: talk to Kubernetes or Kafka, or know how a resource is reconciled.
+
+Field names are the resources' own (camelCase on the wire); docstrings become the schema's
+descriptions, so they are written for the user who runs `kubectl explain`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from .kafka_configs import BrokerConfig, TopicConfig, cel_field
+
+__all__ = [
+    "RESERVED_PORTS",
+    "Condition",
+    "KafkaCluster",
+    "KafkaClusterSpec",
+    "KafkaClusterStatus",
+    "Listener",
+    "NodePool",
+    "Topic",
+    "TopicSpec",
+    "TopicStatus",
+    "User",
+    "UserSpec",
+    "UserStatus",
+]
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        use_attribute_docstrings=True,
+    )
+
+
+# -- shared pieces ---------------------------------------------------------------------------
+
+QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+"""A Kubernetes resource quantity (`10Gi`, `500m`, `1.5`), as the API server parses one."""
+
+Quantity = Annotated[str, StringConstraints(pattern=QUANTITY_PATTERN)]
+
+PRESERVED_OBJECT = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+"""A Kubernetes type passed through to the pods as written (affinity, security context): the
+API server checks it where the operator puts it, in the StatefulSet."""
+
+PRESERVED_LIST = {"type": "array", "items": PRESERVED_OBJECT}
+
+
+class Condition(Model):
+    """A condition as Kubernetes API conventions describe it: keyed by `type`."""
+
+    type: str
+    """`Ready`, `Reconciling`, or a specific condition such as `InvalidSpec`."""
+    status: Literal["True", "False", "Unknown"]
+    reason: str
+    """CamelCase: why the condition is what it is, for machines."""
+    message: str
+    """Why, for people (may be empty)."""
+    last_transition_time: str
+    """When `status` last changed (RFC 3339)."""
+    observed_generation: int | None = None
+    """The generation of the spec this condition was computed from."""
+
+
+Conditions = Annotated[
+    list[Condition],
+    Field(
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]}
+    ),
+]
+
+
+# -- KafkaCluster ----------------------------------------------------------------------------
+
+RESERVED_PORTS = frozenset({9090, 9091, 9404})
+"""The controller listener, the replication listener and the metrics endpoint, on every pod."""
+
+
+class Storage(Model):
+    """Where a node keeps its log dir."""
+
+    type: Literal["persistent-claim", "ephemeral"] = "persistent-claim"
+    """`persistent-claim`: a PersistentVolumeClaim per pod, kept across restarts;
+    `ephemeral`: an emptyDir, lost with the pod (for tests and laptops)."""
+    size: Annotated[Quantity, StringConstraints(pattern=r"^[0-9]")] = "10Gi"
+    """The claim's size, a Kubernetes quantity."""
+    storage_class: str | None = None
+    """The claim's StorageClass; the cluster's default if unset."""
+
+
+class Resources(Model):
+    """CPU and memory for the node's container, as in a Pod's `resources`."""
+
+    requests: dict[str, Quantity] | None = None
+    limits: dict[str, Quantity] | None = None
+
+
+class NodePool(Model):
+    """A StatefulSet of nodes with one set of roles."""
+
+    replicas: Annotated[int, Field(ge=1, le=100)]
+    """How many nodes. Each gets a stable node id from its pod's ordinal."""
+    storage: Storage = Storage()
+    resources: Resources | None = None
+
+
+class Listener(Model):
+    """A listener clients connect to."""
+
+    name: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9]{0,24}$")]
+    """Lower case letters and digits; Kafka's listener name is its upper-case form."""
+    port: Annotated[int, Field(ge=1024, le=65535)]
+    """The container port; 9090, 9091 and 9404 are the operator's own."""
+    type: Literal["internal", "nodeport", "loadbalancer"] = "internal"
+    """`internal`: reachable inside the Kubernetes cluster through the bootstrap Service and
+    each pod's DNS name; `nodeport` and `loadbalancer`: also from outside, one Service per
+    broker."""
+    tls: bool = False
+    """Reserved: TLS listeners come with the security work; `true` is refused for now."""
+    authentication: Literal["scram-sha-512", "tls"] | None = None
+    """Reserved: client authentication comes with the security work; refused for now."""
+
+
+def _listeners_schema() -> dict[str, Any]:
+    return {
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["name"],
+        "maxItems": 8,
+        "x-kubernetes-validations": [
+            {
+                "rule": "self.all(l, self.exists_one(m, m.port == l.port))",
+                "message": "listener ports must differ",
+            },
+            {
+                "rule": f"self.all(l, !(l.port in {sorted(RESERVED_PORTS)}))",
+                "message": "ports 9090, 9091 and 9404 are the operator's own",
+            },
+            {
+                "rule": "self.all(l, !l.tls && !has(l.authentication))",
+                "message": "TLS and authentication on listeners are not supported yet",
+            },
+        ],
+    }
+
+
+class PodTemplate(Model):
+    """What every pod of the cluster gets on top of what the operator sets."""
+
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    affinity: Annotated[dict[str, Any] | None, WithJsonSchema(PRESERVED_OBJECT)] = None
+    """A Pod's `affinity`, as written."""
+    tolerations: Annotated[list[dict[str, Any]] | None, WithJsonSchema(PRESERVED_LIST)] = None
+    topology_spread_constraints: Annotated[
+        list[dict[str, Any]] | None, WithJsonSchema(PRESERVED_LIST)
+    ] = None
+    priority_class_name: str | None = None
+    security_context: Annotated[dict[str, Any] | None, WithJsonSchema(PRESERVED_OBJECT)] = None
+    """A Pod's `securityContext`; the operator's default runs as user 10001, not root."""
+
+
+class Rack(Model):
+    """Rack awareness: each broker's `broker.rack` is its Kubernetes node's label."""
+
+    topology_key: str = "topology.kubernetes.io/zone"
+    """The node label whose value is the rack."""
+
+
+class Metrics(Model):
+    enabled: bool = True
+    """Serve Prometheus metrics on port 9404 of every pod."""
+
+
+def _default_listeners() -> list[Listener]:
+    return [Listener(name="plain", port=9092)]
+
+
+class KafkaClusterSpec(Model):
+    """A Gregor cluster: its KRaft controllers and its brokers, or combined nodes."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "has(self.combined) != (has(self.controllers) || has(self.brokers))",
+                    "message": "give either combined, or controllers and brokers",
+                },
+                {
+                    "rule": "has(self.controllers) == has(self.brokers)",
+                    "message": "controllers and brokers go together",
+                },
+            ]
+        }
+    )
+
+    image: str | None = None
+    """The broker image; the one released with the operator if unset."""
+    version: Annotated[str, StringConstraints(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")] | None = None
+    """The Gregor version the image runs, for status and upgrades (informational for now)."""
+    combined: NodePool | None = None
+    """Nodes that are both controller and broker (`process.roles=broker,controller`): small
+    clusters. An odd number (1 or 3) keeps the quorum's majority meaningful."""
+    controllers: NodePool | None = None
+    """Dedicated KRaft controllers (`process.roles=controller`), with `brokers`."""
+    brokers: NodePool | None = None
+    """Broker-only nodes (`process.roles=broker`), with `controllers`."""
+    listeners: list[Listener] = Field(
+        default_factory=_default_listeners,
+        json_schema_extra=_listeners_schema(),
+        min_length=1,
+    )
+    """Where clients connect; `plain` on 9092 if unset."""
+    config: BrokerConfig | None = None
+    template: PodTemplate | None = None
+    rack: Rack | None = None
+    metrics: Metrics = Metrics()
+    delete_claims: bool = False
+    """Delete the nodes' PersistentVolumeClaims with the cluster; kept by default."""
+
+    @model_validator(mode="after")
+    def _roles(self) -> KafkaClusterSpec:
+        if (self.combined is None) == (self.controllers is None and self.brokers is None):
+            raise ValueError("give either combined, or controllers and brokers")
+        if (self.controllers is None) != (self.brokers is None):
+            raise ValueError("controllers and brokers go together")
+        ports = [listener.port for listener in self.listeners]
+        if len(set(ports)) != len(ports):
+            raise ValueError("listener ports must differ")
+        if set(ports) & RESERVED_PORTS:
+            raise ValueError("ports 9090, 9091 and 9404 are the operator's own")
+        names = [listener.name for listener in self.listeners]
+        if len(set(names)) != len(names):
+            raise ValueError("listener names must differ")
+        if any(listener.tls or listener.authentication for listener in self.listeners):
+            raise ValueError("TLS and authentication on listeners are not supported yet")
+        return self
+
+
+class ListenerStatus(Model):
+    name: str
+    bootstrap_servers: str
+    """`host:port,…` a client in the Kubernetes cluster bootstraps from."""
+
+
+class NodeStatus(Model):
+    node_id: int
+    roles: list[Literal["broker", "controller"]]
+    pod: str
+    ready: bool
+    broker_state: str | None = None
+    """As the controller sees the broker: `Unfenced`, `Fenced`, `ControlledShutdown`."""
+
+
+class KafkaClusterStatus(Model):
+    observed_generation: int | None = None
+    conditions: Conditions | None = None
+    cluster_id: str | None = None
+    listeners: list[ListenerStatus] | None = None
+    nodes: list[NodeStatus] | None = None
+    ready_nodes: str | None = None
+    """`ready/desired`, for `kubectl get kc`."""
+
+
+class KafkaCluster(Model):
+    """A Gregor cluster: KRaft controllers and brokers (or combined nodes), their listeners,
+    storage and configuration."""
+
+    api_version: Literal["gregor.dev/v1alpha1"] = "gregor.dev/v1alpha1"
+    kind: Literal["KafkaCluster"] = "KafkaCluster"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: KafkaClusterSpec
+    status: KafkaClusterStatus | None = None
+
+
+# -- Topic -----------------------------------------------------------------------------------
+
+TOPIC_NAME_PATTERN = r"^[a-zA-Z0-9._-]{1,249}$"
+"""Kafka's legal topic names."""
+
+
+def _immutable(field: str) -> dict[str, Any]:
+    return {
+        "x-kubernetes-validations": [
+            {"rule": "self == oldSelf", "message": f"{field} cannot be changed"}
+        ]
+    }
+
+
+_MIN_INSYNC = cel_field("min.insync.replicas")
+
+
+class TopicSpec(Model):
+    """A Kafka topic, created and kept as written here."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": (
+                        "!has(self.replicas) || !has(self.config) || "
+                        f"!has(self.config.{_MIN_INSYNC}) || "
+                        f"self.config.{_MIN_INSYNC} < self.replicas"
+                    ),
+                    "message": "min.insync.replicas must be below replicas",
+                },
+                {
+                    "rule": "has(self.topicName) == has(oldSelf.topicName)",
+                    "message": "topicName cannot be added or removed",
+                },
+            ]
+        }
+    )
+
+    cluster: Annotated[str, Field(json_schema_extra=_immutable("cluster"))]
+    """The `KafkaCluster` (in this namespace) the topic lives in."""
+    topic_name: (
+        Annotated[
+            str,
+            StringConstraints(pattern=TOPIC_NAME_PATTERN),
+            Field(json_schema_extra=_immutable("topicName")),
+        ]
+        | None
+    ) = None
+    """The topic's name in Kafka; the resource's name if unset (Kubernetes names cannot hold
+    `_` or upper case, Kafka's can)."""
+    partitions: Annotated[int, Field(ge=1, le=100_000)] | None = None
+    """The broker's `num.partitions` if unset. May grow; a decrease is refused."""
+    replicas: Annotated[int, Field(ge=1, le=32_767)] | None = None
+    """The replication factor; the broker's `default.replication.factor` if unset."""
+    config: TopicConfig | None = None
+    deletion_policy: Literal["delete", "retain"] = "delete"
+    """`delete`: deleting the resource deletes the topic; `retain`: the topic stays."""
+
+    @model_validator(mode="after")
+    def _min_insync(self) -> TopicSpec:
+        value = None if self.config is None else self.config.properties().get("min.insync.replicas")
+        if self.replicas is not None and value is not None and int(value) >= self.replicas:
+            raise ValueError("min.insync.replicas must be below replicas")
+        return self
+
+
+class TopicStatus(Model):
+    observed_generation: int | None = None
+    conditions: Conditions | None = None
+    topic_name: str | None = None
+    topic_id: str | None = None
+    partitions: int | None = None
+    replicas: int | None = None
+    config: dict[str, str] | None = None
+    """The topic's configs that differ from the broker's defaults, as Kafka reports them."""
+
+
+class Topic(Model):
+    """A Kafka topic in a Gregor cluster, with its partitions, replicas and configs."""
+
+    api_version: Literal["gregor.dev/v1alpha1"] = "gregor.dev/v1alpha1"
+    kind: Literal["Topic"] = "Topic"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: TopicSpec
+    status: TopicStatus | None = None
+
+
+# -- User ------------------------------------------------------------------------------------
+
+
+class Authentication(Model):
+    type: Literal["scram-sha-512", "tls"]
+    """`scram-sha-512`: a generated password in a Secret; `tls`: a client certificate."""
+
+
+class AclResource(Model):
+    type: Literal["topic", "group", "cluster", "transactionalId"]
+    name: str = "*"
+    pattern_type: Literal["literal", "prefix"] = "literal"
+
+
+class Acl(Model):
+    type: Literal["allow", "deny"] = "allow"
+    resource: AclResource
+    operations: Annotated[
+        list[
+            Literal[
+                "All",
+                "Read",
+                "Write",
+                "Create",
+                "Delete",
+                "Alter",
+                "Describe",
+                "ClusterAction",
+                "DescribeConfigs",
+                "AlterConfigs",
+                "IdempotentWrite",
+            ]
+        ],
+        Field(min_length=1),
+    ]
+    host: str = "*"
+
+
+class Authorization(Model):
+    type: Literal["simple"] = "simple"
+    acls: list[Acl] = Field(default_factory=list)
+
+
+class Quotas(Model):
+    producer_byte_rate: Annotated[int, Field(ge=0)] | None = None
+    consumer_byte_rate: Annotated[int, Field(ge=0)] | None = None
+    request_percentage: Annotated[int, Field(ge=0, le=100)] | None = None
+
+
+class UserSpec(Model):
+    """A Kafka user: its credentials, ACLs and quotas. Reconciled with the security work; the
+    operator accepts and validates it today."""
+
+    cluster: str
+    """The `KafkaCluster` (in this namespace) the user belongs to."""
+    authentication: Authentication | None = None
+    authorization: Authorization | None = None
+    quotas: Quotas | None = None
+
+
+class UserStatus(Model):
+    observed_generation: int | None = None
+    conditions: Conditions | None = None
+    username: str | None = None
+    secret: str | None = None
+    """The Secret that holds the user's credentials."""
+
+
+class User(Model):
+    """A Kafka user of a Gregor cluster: its credentials, ACLs and quotas."""
+
+    api_version: Literal["gregor.dev/v1alpha1"] = "gregor.dev/v1alpha1"
+    kind: Literal["User"] = "User"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: UserSpec
+    status: UserStatus | None = None
