@@ -406,14 +406,29 @@ class BrokerMetrics(Collector):
             )
 
 
+Readiness = Callable[[], str | None]
+"""Why the node is not ready to serve (None: it is)."""
+
+
+_TEXT = "text/plain; charset=utf-8"
+
+
 class MetricsEndpoint:
-    """`GET /metrics` over HTTP/1.1 on the event loop (one request per connection)."""
+    """`GET /metrics` over HTTP/1.1 on the event loop (one request per connection), and the
+    probes Kubernetes asks: `/livez` (the event loop answers) and `/readyz` (`readiness`)."""
 
     READ_TIMEOUT_S = 10.0
     """A scraper that has not sent its request head by then is dropped."""
 
-    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        host: str,
+        port: int,
+        readiness: Readiness = lambda: None,
+    ) -> None:
         self._registry = registry
+        self._readiness = readiness
         self._host = host or None
         self._port = port
         self._server: asyncio.Server | None = None
@@ -458,10 +473,17 @@ class MetricsEndpoint:
         lines = head.split("\r\n")
         method, _, rest = lines[0].partition(" ")
         path = rest.partition(" ")[0].partition("?")[0]
-        if path != "/metrics":
-            return "404 Not Found", "text/plain; charset=utf-8", b"metrics are at /metrics\n"
+        if path not in ("/metrics", "/livez", "/readyz"):
+            return "404 Not Found", _TEXT, b"see /metrics, /livez or /readyz\n"
         if method != "GET":
-            return "405 Method Not Allowed", "text/plain; charset=utf-8", b"use GET\n"
+            return "405 Method Not Allowed", _TEXT, b"use GET\n"
+        if path == "/livez":
+            return "200 OK", _TEXT, b"ok\n"
+        if path == "/readyz":
+            reason = self._readiness()
+            if reason is None:
+                return "200 OK", _TEXT, b"ready\n"
+            return "503 Service Unavailable", _TEXT, f"not ready: {reason}\n".encode()
         accept = ""
         for line in lines[1:]:
             name, _, value = line.partition(":")
@@ -472,4 +494,4 @@ class MetricsEndpoint:
             return "200 OK", content_type, encoder(self._registry)
         except Exception:
             log.exception("collecting metrics failed")
-            return "500 Internal Server Error", "text/plain; charset=utf-8", b"see the log\n"
+            return "500 Internal Server Error", _TEXT, b"see the log\n"

@@ -347,7 +347,7 @@ class Node:
             active_controller=lambda: "controller" in roles and metadata.is_active_controller,
         )
         replicas.on_append = metrics.appended
-        self._metrics_endpoint = MetricsEndpoint(metrics.registry, host, port)
+        self._metrics_endpoint = MetricsEndpoint(metrics.registry, host, port, self._not_ready)
         try:
             bound = await self._metrics_endpoint.start()
         except OSError as exc:
@@ -355,6 +355,24 @@ class Node:
                 f"gregor.metrics.listener=http://{host}:{port}: cannot listen: {exc}"
             ) from None
         log.info("serving Prometheus metrics on http://%s:%d/metrics", host or "0.0.0.0", bound)
+
+    def _not_ready(self) -> str | None:
+        """Why the node should not be sent clients or counted as up (`/readyz`), None when
+        it should: the quorum has a leader, and a broker is registered and unfenced. A node
+        answers at all only once it has caught up with the metadata log."""
+        metadata = self.metadata
+        if metadata is None or metadata.driver.leader is None:
+            return "the metadata quorum has no leader"
+        if "broker" not in self.config.process_roles:
+            return None
+        lifecycle = self.lifecycle
+        if lifecycle is None or lifecycle.broker_epoch < 0:
+            return "not registered with the controller"
+        if lifecycle.fenced:
+            return "fenced by the controller"
+        if self.server is None or not self.server.serving:
+            return "not listening"
+        return None
 
     def _offsets_log(self, partition: int) -> Log | None:
         assert self.replicas is not None

@@ -85,6 +85,11 @@ class BrokerServer:
         for server in self._servers:
             await server.start_serving()
 
+    @property
+    def serving(self) -> bool:
+        """Whether every bound listener accepts connections."""
+        return bool(self._servers) and all(server.is_serving() for server in self._servers)
+
     def _connection(self, listener: Listener) -> Connection:
         return Connection(
             self._dispatcher,

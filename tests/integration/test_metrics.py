@@ -5,6 +5,8 @@ bad `gregor.metrics.listener` stops the node naming the key."""
 from __future__ import annotations
 
 import socket
+import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,7 +20,7 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.clients import QUIET, admin_client, create_topic, read_all
-from tests.support.nodes import RunningNode, free_port, refused_start, run_node
+from tests.support.nodes import RunningNode, free_port, refused_start, run_node, start_quorum
 
 KEY = "gregor.metrics.listener"
 
@@ -223,3 +225,44 @@ def test_a_taken_metrics_port_stops_the_node_naming_the_key(tmp_path: Path) -> N
         said = _refused(tmp_path, f"http://127.0.0.1:{port}")
     assert KEY in said
     assert "cannot listen" in said
+
+
+def _probe(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_the_probes_say_a_serving_node_is_live_and_ready(metered: MeteredNode) -> None:
+    base = metered.metrics_url.removesuffix("/metrics")
+    assert _probe(f"{base}/livez") == (200, "ok\n")
+    assert _probe(f"{base}/readyz") == (200, "ready\n")
+    assert _probe(f"{base}/healthz")[0] == 404
+
+
+def test_a_node_whose_quorum_is_lost_stays_live_but_is_not_ready(tmp_path: Path) -> None:
+    """What Kubernetes' probes see of a cluster that lost two of its three voters: the last
+    node is alive (no reason to restart it) but not ready (no reason to send it clients)."""
+    ports = {node_id: free_port() for node_id in (1, 2, 3)}
+    nodes = start_quorum(
+        tmp_path,
+        3,
+        each={node_id: {KEY: f"http://127.0.0.1:{port}"} for node_id, port in ports.items()},
+    )
+    try:
+        for port in ports.values():
+            assert _probe(f"http://127.0.0.1:{port}/readyz") == (200, "ready\n")
+        for node in nodes[1:]:
+            node.kill()
+        deadline = time.monotonic() + 30
+        while (found := _probe(f"http://127.0.0.1:{ports[1]}/readyz"))[0] == 200:
+            assert time.monotonic() < deadline, "still ready 30 s after losing its quorum"
+            time.sleep(0.2)
+        assert found == (503, "not ready: the metadata quorum has no leader\n")
+        assert _probe(f"http://127.0.0.1:{ports[1]}/livez") == (200, "ok\n")
+    finally:
+        for node in nodes:
+            if node.process.poll() is None:
+                node.kill()
