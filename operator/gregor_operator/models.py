@@ -97,8 +97,9 @@ Conditions = Annotated[
 
 # -- KafkaCluster ----------------------------------------------------------------------------
 
-RESERVED_PORTS = frozenset({9090, 9091, 9404})
-"""The controller listener, the replication listener and the metrics endpoint, on every pod."""
+RESERVED_PORTS = frozenset({9091, 9093, 9404})
+"""The replication listener (9091), the controller listener (9093, as in the broker image)
+and the metrics and probes endpoint (9404), on every pod."""
 
 
 class Storage(Model):
@@ -132,10 +133,10 @@ class NodePool(Model):
 class Listener(Model):
     """A listener clients connect to."""
 
-    name: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9]{0,24}$")]
+    name: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9]{0,13}$")]
     """Lower case letters and digits; Kafka's listener name is its upper-case form."""
     port: Annotated[int, Field(ge=1024, le=65535)]
-    """The container port; 9090, 9091 and 9404 are the operator's own."""
+    """The container port; 9091, 9093 and 9404 are the operator's own."""
     type: Literal["internal", "nodeport", "loadbalancer"] = "internal"
     """`internal`: reachable inside the Kubernetes cluster through the bootstrap Service and
     each pod's DNS name; `nodeport` and `loadbalancer`: also from outside, one Service per
@@ -158,7 +159,7 @@ def _listeners_schema() -> dict[str, Any]:
             },
             {
                 "rule": f"self.all(l, !(l.port in {sorted(RESERVED_PORTS)}))",
-                "message": "ports 9090, 9091 and 9404 are the operator's own",
+                "message": "ports 9091, 9093 and 9404 are the operator's own",
             },
             {
                 "rule": "self.all(l, !l.tls && !has(l.authentication))",
@@ -252,7 +253,7 @@ class KafkaClusterSpec(Model):
         if len(set(ports)) != len(ports):
             raise ValueError("listener ports must differ")
         if set(ports) & RESERVED_PORTS:
-            raise ValueError("ports 9090, 9091 and 9404 are the operator's own")
+            raise ValueError("ports 9091, 9093 and 9404 are the operator's own")
         names = [listener.name for listener in self.listeners]
         if len(set(names)) != len(names):
             raise ValueError("listener names must differ")

@@ -1,0 +1,497 @@
+"""The Kubernetes objects a `KafkaCluster` is made of, generated from its spec.
+
+What it owns: one generator per owned kind — the nodes' ConfigMaps (each pool's
+server.properties), the headless Service that gives each pod its DNS name, the bootstrap
+Service, the StatefulSets, their PodDisruptionBudgets, the pods' ServiceAccount and the
+Secret that holds the cluster id — and how a pod becomes a node: its node id from its
+ordinal, its advertised listeners from its DNS name. What it must never do: read the cluster
+or decide when to apply or restart anything (`planner` does), or call Kubernetes.
+
+Every node of a pool runs the same server.properties; the only per-pod properties,
+`node.id` and `advertised.listeners`, come from the pod's own name when it starts. So a pod
+runs its pool's current configuration exactly when it runs its StatefulSet's current
+revision, and the template carries a hash of the configuration to make a new revision when
+it changes. The StatefulSets update `OnDelete`: the operator picks when each pod restarts.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .models import KafkaCluster, KafkaClusterSpec, Listener, NodePool
+
+__all__ = [
+    "CONTROLLER_PORT",
+    "METRICS_PORT",
+    "REPLICATION_PORT",
+    "Pool",
+    "Target",
+    "bootstrap_servers",
+    "desired_objects",
+    "pools",
+    "server_properties",
+]
+
+Role = Literal["controller", "broker", "combined"]
+
+CONTROLLER_PORT = 9093
+REPLICATION_PORT = 9091
+METRICS_PORT = 9404
+DATA_DIR = "/var/lib/gregor"
+CONFIG_DIR = "/etc/gregor"
+FIELD_MANAGER = "gregor-operator"
+CONFIG_HASH = "gregor.dev/config-hash"
+DEFAULT_IMAGE = "gregor-broker:dev"
+
+CONTROLLER_ID_BASE = 1000
+"""Controllers' node ids are 1000 + ordinal, brokers' and combined nodes' their ordinal: a
+pool holds at most 100 nodes, so the ranges never meet and a node keeps its id for life."""
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where the cluster runs: what a generator needs besides the resource itself."""
+
+    namespace: str
+    name: str
+    uid: str
+    cluster_id: str
+    image: str = DEFAULT_IMAGE
+    """The broker image when the spec names none: the one released with the operator."""
+    cluster_domain: str = "cluster.local"
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """One StatefulSet of nodes with the same roles."""
+
+    role: Role
+    spec: NodePool
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return ("broker", "controller") if self.role == "combined" else (self.role,)
+
+    @property
+    def node_id_base(self) -> int:
+        return CONTROLLER_ID_BASE if self.role == "controller" else 0
+
+    @property
+    def is_broker(self) -> bool:
+        return "broker" in self.roles
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in self.roles
+
+
+def pools(spec: KafkaClusterSpec) -> list[Pool]:
+    """Controllers first: they are started, and rolled, before the brokers."""
+    found: list[Pool] = []
+    for role, pool in (
+        ("controller", spec.controllers),
+        ("combined", spec.combined),
+        ("broker", spec.brokers),
+    ):
+        if pool is not None:
+            found.append(Pool(role, pool))  # type: ignore[arg-type]
+    return found
+
+
+# -- names and labels -------------------------------------------------------------------------
+
+
+def statefulset_name(target: Target, pool: Pool) -> str:
+    return f"{target.name}-{pool.role}"
+
+
+def pod_name(target: Target, pool: Pool, ordinal: int) -> str:
+    return f"{statefulset_name(target, pool)}-{ordinal}"
+
+
+def headless_name(target: Target) -> str:
+    return f"{target.name}-nodes"
+
+
+def bootstrap_name(target: Target) -> str:
+    return f"{target.name}-bootstrap"
+
+
+def cluster_id_secret_name(target: Target) -> str:
+    return f"{target.name}-cluster-id"
+
+
+def _config_map_name(target: Target, pool: Pool) -> str:
+    return f"{statefulset_name(target, pool)}-config"
+
+
+def _pod_host(target: Target, pod: str) -> str:
+    return f"{pod}.{headless_name(target)}.{target.namespace}.svc.{target.cluster_domain}"
+
+
+def cluster_labels(target: Target) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "gregor",
+        "app.kubernetes.io/instance": target.name,
+        "app.kubernetes.io/managed-by": FIELD_MANAGER,
+        "gregor.dev/cluster": target.name,
+    }
+
+
+def pool_selector(target: Target, pool: Pool) -> dict[str, str]:
+    return {"gregor.dev/cluster": target.name, "gregor.dev/pool": pool.role}
+
+
+def pool_labels(target: Target, pool: Pool) -> dict[str, str]:
+    labels = cluster_labels(target) | pool_selector(target, pool)
+    labels["app.kubernetes.io/component"] = pool.role
+    if pool.is_broker:
+        labels["gregor.dev/broker"] = "true"
+    return labels
+
+
+def _metadata(target: Target, name: str, labels: Mapping[str, str]) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": target.namespace,
+        "labels": dict(labels),
+        "ownerReferences": [
+            {
+                "apiVersion": "gregor.dev/v1alpha1",
+                "kind": "KafkaCluster",
+                "name": target.name,
+                "uid": target.uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
+    }
+
+
+# -- configuration ----------------------------------------------------------------------------
+
+
+def _kafka_name(listener: Listener) -> str:
+    return listener.name.upper()
+
+
+def voters(target: Target, spec: KafkaClusterSpec) -> str:
+    """`controller.quorum.voters`: every controller's node id and DNS name."""
+    return ",".join(
+        f"{pool.node_id_base + ordinal}@{_pod_host(target, pod_name(target, pool, ordinal))}"
+        f":{CONTROLLER_PORT}"
+        for pool in pools(spec)
+        if pool.is_controller
+        for ordinal in range(pool.spec.replicas)
+    )
+
+
+def _listeners(spec: KafkaClusterSpec, pool: Pool) -> list[tuple[str, int]]:
+    found: list[tuple[str, int]] = []
+    if pool.is_broker:
+        found.append(("REPLICATION", REPLICATION_PORT))
+        found += [(_kafka_name(listener), listener.port) for listener in spec.listeners]
+    if pool.is_controller:
+        found.append(("CONTROLLER", CONTROLLER_PORT))
+    return found
+
+
+def server_properties(target: Target, spec: KafkaClusterSpec, pool: Pool) -> dict[str, str]:
+    """The pool's server.properties, as every node of it reads it (`node.id` and
+    `advertised.listeners` come from the pod: see `_command`)."""
+    listeners = _listeners(spec, pool)
+    names = [name for name, _ in listeners]
+    if "CONTROLLER" not in names:  # a broker reaches the controllers on it
+        names.append("CONTROLLER")
+    owned = {
+        "process.roles": ",".join(pool.roles),
+        "controller.quorum.voters": voters(target, spec),
+        "controller.listener.names": "CONTROLLER",
+        "listeners": ",".join(f"{name}://:{port}" for name, port in listeners),
+        "listener.security.protocol.map": ",".join(f"{name}:PLAINTEXT" for name in names),
+        "inter.broker.listener.name": "REPLICATION",
+        "log.dirs": f"{DATA_DIR}/log",
+        "gregor.metrics.listener": f"http://0.0.0.0:{METRICS_PORT}",
+    }
+    user = spec.config.properties() if spec.config is not None else {}
+    return owned | user
+
+
+def _properties_text(properties: Mapping[str, str]) -> str:
+    return "".join(f"{key}={value}\n" for key, value in properties.items())
+
+
+def _command(target: Target, spec: KafkaClusterSpec, pool: Pool) -> list[str]:
+    """The node's command: its ordinal is the end of its pod's name, its id the pool's base
+    plus the ordinal, its advertised listeners its own DNS name."""
+    overrides = ['--override "node.id=$((GREGOR_NODE_ID_BASE + ${POD_NAME##*-}))"']
+    if pool.is_broker:
+        host = _pod_host(target, "${POD_NAME}")
+        advertised = ",".join(
+            f"{name}://{host}:{port}"
+            for name, port in _listeners(spec, pool)
+            if name != "CONTROLLER"
+        )
+        overrides.append(f'--override "advertised.listeners={advertised}"')
+    script = (
+        f"exec gregor broker --config {CONFIG_DIR}/server.properties "
+        f'--cluster-id "$GREGOR_CLUSTER_ID" ' + " ".join(overrides)
+    )
+    return ["/bin/sh", "-c", script]
+
+
+def config_hash(target: Target, spec: KafkaClusterSpec, pool: Pool) -> str:
+    """What a pod of the pool runs, as one hash: a change makes a new revision to roll to."""
+    text = _properties_text(server_properties(target, spec, pool)) + "\0".join(
+        _command(target, spec, pool)
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# -- the objects ------------------------------------------------------------------------------
+
+
+def config_map(target: Target, spec: KafkaClusterSpec, pool: Pool) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(target, _config_map_name(target, pool), pool_labels(target, pool)),
+        "data": {"server.properties": _properties_text(server_properties(target, spec, pool))},
+    }
+
+
+def _service_ports(spec: KafkaClusterSpec, pool_roles: set[str]) -> list[dict[str, Any]]:
+    ports = [
+        {"name": listener.name, "port": listener.port, "targetPort": listener.port}
+        for listener in spec.listeners
+    ]
+    if "controller" in pool_roles:
+        ports.append({"name": "controller", "port": CONTROLLER_PORT})
+    ports.append({"name": "replication", "port": REPLICATION_PORT})
+    return ports
+
+
+def headless_service(target: Target, spec: KafkaClusterSpec) -> dict[str, Any]:
+    """Every node's own DNS name, ready or not (controllers find each other before any is
+    ready)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(target, headless_name(target), cluster_labels(target)),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {"gregor.dev/cluster": target.name},
+            "ports": _service_ports(spec, {"controller"}),
+        },
+    }
+
+
+def bootstrap_service(target: Target, spec: KafkaClusterSpec) -> dict[str, Any]:
+    """Where clients bootstrap: the ready brokers, on each client listener."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(target, bootstrap_name(target), cluster_labels(target)),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {"gregor.dev/cluster": target.name, "gregor.dev/broker": "true"},
+            "ports": [
+                {"name": listener.name, "port": listener.port, "targetPort": listener.port}
+                for listener in spec.listeners
+            ],
+        },
+    }
+
+
+def bootstrap_servers(target: Target, listener: Listener) -> str:
+    host = f"{bootstrap_name(target)}.{target.namespace}.svc.{target.cluster_domain}"
+    return f"{host}:{listener.port}"
+
+
+def cluster_id_secret(target: Target) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(target, cluster_id_secret_name(target), cluster_labels(target)),
+        "type": "Opaque",
+        "data": {"cluster.id": base64.b64encode(target.cluster_id.encode()).decode()},
+    }
+
+
+def service_account(target: Target) -> dict[str, Any]:
+    """The nodes' identity: they do not call the Kubernetes API, so no token is mounted."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": _metadata(target, f"{target.name}-node", cluster_labels(target)),
+        "automountServiceAccountToken": False,
+    }
+
+
+def pod_disruption_budget(target: Target, pool: Pool) -> dict[str, Any]:
+    """One node of a pool at a time: a drain never takes two replicas of a partition, or two
+    voters, at once."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(target, statefulset_name(target, pool), pool_labels(target, pool)),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": pool_selector(target, pool)}},
+    }
+
+
+def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": METRICS_PORT},
+        "periodSeconds": period,
+        "timeoutSeconds": 5,
+        "failureThreshold": failures,
+    }
+
+
+def _container(target: Target, spec: KafkaClusterSpec, pool: Pool) -> dict[str, Any]:
+    ports = [
+        {"name": name.lower()[:15], "containerPort": port} for name, port in _listeners(spec, pool)
+    ]
+    ports.append({"name": "metrics", "containerPort": METRICS_PORT})
+    container: dict[str, Any] = {
+        "name": "gregor",
+        "image": spec.image or target.image,
+        "command": _command(target, spec, pool),
+        "env": [
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "GREGOR_NODE_ID_BASE", "value": str(pool.node_id_base)},
+            {
+                "name": "GREGOR_CLUSTER_ID",
+                "valueFrom": {
+                    "secretKeyRef": {"name": cluster_id_secret_name(target), "key": "cluster.id"}
+                },
+            },
+        ],
+        "ports": ports,
+        "volumeMounts": [
+            {"name": "data", "mountPath": DATA_DIR},
+            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+        ],
+        # Log recovery after a crash may take minutes: liveness starts once /livez answers.
+        "startupProbe": _probe("/livez", 5, 120),
+        "livenessProbe": _probe("/livez", 10, 3),
+        "readinessProbe": _probe("/readyz", 5, 3),
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    resources = pool.spec.resources
+    if resources is not None:
+        container["resources"] = resources.model_dump(exclude_none=True)
+    return container
+
+
+def statefulset(
+    target: Target, spec: KafkaClusterSpec, pool: Pool, replicas: int
+) -> dict[str, Any]:
+    """The pool's nodes. `replicas` is what the planner allows (a scale-down it refuses
+    keeps the current count)."""
+    template = spec.template
+    labels = pool_labels(target, pool) | dict((template.labels if template else None) or {})
+    annotations = dict((template.annotations if template else None) or {})
+    annotations[CONFIG_HASH] = config_hash(target, spec, pool)
+    if spec.metrics.enabled:
+        annotations |= {"prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT)}
+    pod_spec: dict[str, Any] = {
+        "serviceAccountName": f"{target.name}-node",
+        "automountServiceAccountToken": False,
+        # SIGTERM is a controlled shutdown: leaderships move before the node exits.
+        "terminationGracePeriodSeconds": 120,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 10001,
+            "runAsGroup": 10001,
+            "fsGroup": 10001,
+        },
+        "containers": [_container(target, spec, pool)],
+        "volumes": [
+            {"name": "config", "configMap": {"name": _config_map_name(target, pool)}},
+        ],
+    }
+    if template is not None:
+        for field in ("affinity", "tolerations", "topology_spread_constraints"):
+            value = getattr(template, field)
+            if value is not None:
+                pod_spec[_camel(field)] = value
+        if template.priority_class_name is not None:
+            pod_spec["priorityClassName"] = template.priority_class_name
+        if template.security_context is not None:
+            pod_spec["securityContext"] = template.security_context
+    storage = pool.spec.storage
+    sts_spec: dict[str, Any] = {
+        "replicas": replicas,
+        "serviceName": headless_name(target),
+        "selector": {"matchLabels": pool_selector(target, pool)},
+        # Controllers must all start to elect a leader: none is ready before a quorum is.
+        "podManagementPolicy": "Parallel",
+        "updateStrategy": {"type": "OnDelete"},
+        "persistentVolumeClaimRetentionPolicy": {
+            "whenDeleted": "Delete" if spec.delete_claims else "Retain",
+            "whenScaled": "Retain",
+        },
+        "template": {
+            "metadata": {"labels": labels, "annotations": annotations},
+            "spec": pod_spec,
+        },
+    }
+    if storage.type == "ephemeral":
+        pod_spec["volumes"].append({"name": "data", "emptyDir": {}})
+    else:
+        claim: dict[str, Any] = {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": storage.size}},
+        }
+        if storage.storage_class is not None:
+            claim["storageClassName"] = storage.storage_class
+        sts_spec["volumeClaimTemplates"] = [
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "data", "labels": pool_labels(target, pool)},
+                "spec": claim,
+            }
+        ]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": _metadata(target, statefulset_name(target, pool), pool_labels(target, pool)),
+        "spec": sts_spec,
+    }
+
+
+def _camel(name: str) -> str:
+    first, *rest = name.split("_")
+    return first + "".join(word.title() for word in rest)
+
+
+def desired_objects(
+    target: Target, cluster: KafkaCluster, replicas: Mapping[Role, int] | None = None
+) -> list[dict[str, Any]]:
+    """Every object of the cluster, in the order they are applied: what the pods need before
+    the StatefulSets that start them. `replicas` overrides a pool's size (a refused
+    scale-down keeps the current one)."""
+    spec = cluster.spec
+    found = [
+        service_account(target),
+        cluster_id_secret(target),
+        headless_service(target, spec),
+        bootstrap_service(target, spec),
+    ]
+    for pool in pools(spec):
+        found.append(config_map(target, spec, pool))
+    for pool in pools(spec):
+        found.append(pod_disruption_budget(target, pool))
+        count = (replicas or {}).get(pool.role, pool.spec.replicas)
+        found.append(statefulset(target, spec, pool, count))
+    return found

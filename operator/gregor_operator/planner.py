@@ -1,0 +1,517 @@
+"""The planner: what the operator does next for a `KafkaCluster`, decided from the resource,
+what Kubernetes shows of its objects, and what the brokers say.
+
+What it owns: every decision of a reconciliation — which objects to apply, which change to
+refuse (and keep the old value for), which pod to restart next, and the status that says so.
+It is pure: the same inputs give the same plan, and `tests/unit/operator` tries them by the
+hundred without a cluster. What it must never do: call Kubernetes or Kafka, read a clock, or
+apply half of an invalid spec.
+
+A rolling restart follows these rules, one decision per reconciliation:
+
+1. A pod is *outdated* when its StatefulSet revision is not the StatefulSet's update revision
+   (its configuration, image or pod template changed). Only outdated pods are restarted.
+2. Never more than one pod at a time: while a pod is being deleted, nothing else is.
+3. An outdated pod that is stuck (crash-looping, unable to pull its image or to be
+   scheduled) is restarted first: it is not serving, and its new revision may fix it.
+4. Otherwise every pod of the cluster must be ready before the next restart, so each restart
+   waits until the previous pod is back.
+5. A pod that is a broker is restarted only once the brokers answer and no partition is
+   under-replicated: its partitions must have an in-sync replica elsewhere.
+6. Controllers go first, then combined nodes, then brokers; within a pool, by ordinal, with
+   the active controller last (its restart moves the leadership once, not at every step).
+7. Each restart is a pod deletion: SIGTERM is the broker's controlled shutdown, and the
+   StatefulSet recreates the pod at the update revision.
+
+Changes Kubernetes or this version cannot carry out safely are refused with a `ChangeRefused`
+condition, and the current value is kept: scaling a pool down (the day-2 work moves the
+partitions off first), resizing the controller quorum (its voters are static), and changing
+a pool's storage (a StatefulSet's volume claims are immutable).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from .models import KafkaCluster
+from .objects import (
+    Pool,
+    Role,
+    Target,
+    bootstrap_servers,
+    desired_objects,
+    pod_name,
+    pools,
+)
+
+__all__ = [
+    "BrokerFacts",
+    "ConditionState",
+    "Observed",
+    "Plan",
+    "PodState",
+    "Restart",
+    "StatefulSetState",
+    "merge_conditions",
+    "plan",
+]
+
+STUCK_REASONS = frozenset(
+    {
+        "CrashLoopBackOff",
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "Unschedulable",
+    }
+)
+"""Why a pod may never become ready on its own (Strimzi's KafkaRoller calls these stuck)."""
+
+WAIT_S = 10.0
+"""How soon to look again while something is in progress."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodState:
+    name: str
+    pool: Role
+    ordinal: int
+    ready: bool
+    revision: str | None
+    """The pod's `controller-revision-hash` label."""
+    deleting: bool = False
+    stuck: str | None = None
+    """A reason from STUCK_REASONS, when the pod has one."""
+
+
+@dataclass(frozen=True, slots=True)
+class StatefulSetState:
+    replicas: int
+    update_revision: str | None
+    claims: tuple[str, str | None] | None
+    """The volume claim it was created with: (size, storage class); None: emptyDir."""
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    statefulsets: Mapping[Role, StatefulSetState] = field(default_factory=dict)
+    pods: Sequence[PodState] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerFacts:
+    """What the cluster's own Admin API says (None: the operator could not ask it)."""
+
+    brokers: Mapping[int, str] = field(default_factory=dict)
+    """Registered brokers by node id, and their state as the controller sees it."""
+    under_replicated: int = 0
+    """Partitions whose ISR is smaller than their replica set."""
+    active_controller: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    pod: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConditionState:
+    type: str
+    status: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    objects: list[dict[str, Any]]
+    """What to apply, in order (empty for an invalid spec: nothing is half-applied)."""
+    restart: Restart | None
+    conditions: list[ConditionState]
+    status: dict[str, Any]
+    """Status fields besides the conditions and observedGeneration."""
+    events: list[tuple[str, str, str]]
+    """(type, reason, message) for Kubernetes Events."""
+    requeue_after: float | None
+
+
+# -- the plan ---------------------------------------------------------------------------------
+
+
+def plan(
+    resource: Mapping[str, Any],
+    *,
+    namespace: str,
+    cluster_id: str,
+    observed: Observed,
+    facts: BrokerFacts | None,
+    image: str,
+    cluster_domain: str = "cluster.local",
+) -> Plan:
+    metadata = resource.get("metadata", {})
+    try:
+        cluster = KafkaCluster.model_validate(dict(resource) | {"status": None})
+    except ValidationError as exc:
+        return _invalid(_describe(exc))
+    target = Target(
+        namespace=namespace,
+        name=metadata.get("name", ""),
+        uid=metadata.get("uid", ""),
+        cluster_id=cluster_id,
+        image=image,
+        cluster_domain=cluster_domain,
+    )
+    unsupported = [
+        f"listener {listener.name} is of type {listener.type}; only internal listeners are "
+        "supported so far"
+        for listener in cluster.spec.listeners
+        if listener.type != "internal"
+    ]
+    if unsupported:
+        return _invalid("; ".join(unsupported), reason="NotSupportedYet")
+    replicas, refused = _allowed_replicas(cluster, observed)
+    objects = desired_objects(target, cluster, replicas)
+    refused += _keep_claims(objects, observed)
+    restart = _next_restart(cluster, observed, facts)
+    conditions, requeue = _conditions(cluster, observed, facts, replicas, restart)
+    if refused:
+        conditions.append(
+            ConditionState("ChangeRefused", "True", refused[0][0], "; ".join(m for _, m in refused))
+        )
+    events = [("Warning", reason, message) for reason, message in refused]
+    if restart is not None:
+        events.append(("Normal", "RollingRestart", f"restarting {restart.pod}: {restart.reason}"))
+    return Plan(
+        objects=objects,
+        restart=restart,
+        conditions=conditions,
+        status=_status(cluster, target, observed, facts, replicas),
+        events=events,
+        requeue_after=requeue,
+    )
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error["loc"])
+        parts.append(f"{where}: {error['msg']}" if where else error["msg"])
+    return "; ".join(parts)
+
+
+def _invalid(message: str, *, reason: str = "InvalidSpec") -> Plan:
+    return Plan(
+        objects=[],
+        restart=None,
+        conditions=[
+            ConditionState("Ready", "False", reason, message),
+            ConditionState("Reconciling", "False", reason, "waiting for the spec to be fixed"),
+        ],
+        status={},
+        events=[("Warning", reason, message)],
+        requeue_after=None,
+    )
+
+
+def _allowed_replicas(
+    cluster: KafkaCluster, observed: Observed
+) -> tuple[dict[Role, int], list[tuple[str, str]]]:
+    allowed: dict[Role, int] = {}
+    refused: list[tuple[str, str]] = []
+    for pool in pools(cluster.spec):
+        current = observed.statefulsets.get(pool.role)
+        wanted = pool.spec.replicas
+        allowed[pool.role] = wanted
+        if current is None or current.replicas == wanted:
+            continue
+        if pool.is_controller:
+            allowed[pool.role] = current.replicas
+            refused.append(
+                (
+                    "ControllerScalingNotSupported",
+                    f"{pool.role} replicas stay {current.replicas}: the controller quorum's "
+                    f"voters are fixed when the cluster is created (asked: {wanted})",
+                )
+            )
+        elif wanted < current.replicas:
+            allowed[pool.role] = current.replicas
+            refused.append(
+                (
+                    "ScaleDownNotSupported",
+                    f"{pool.role} replicas stay {current.replicas}: removing brokers needs "
+                    f"their partitions moved first, which is not supported yet (asked: {wanted})",
+                )
+            )
+    return allowed, refused
+
+
+def _claims(statefulset: Mapping[str, Any]) -> tuple[str, str | None] | None:
+    templates = statefulset["spec"].get("volumeClaimTemplates")
+    if not templates:
+        return None
+    spec = templates[0]["spec"]
+    return spec["resources"]["requests"]["storage"], spec.get("storageClassName")
+
+
+def _keep_claims(objects: list[dict[str, Any]], observed: Observed) -> list[tuple[str, str]]:
+    """A StatefulSet's volume claims cannot change: keep the ones it has, and say so."""
+    refused = []
+    for index, found in enumerate(objects):
+        if found["kind"] != "StatefulSet":
+            continue
+        role: Role = found["spec"]["selector"]["matchLabels"]["gregor.dev/pool"]
+        current = observed.statefulsets.get(role)
+        if current is None or current.claims == _claims(found):
+            continue
+        objects[index] = _with_claims(found, current.claims)
+        refused.append(
+            (
+                "StorageChangeNotSupported",
+                f"{role} storage stays {_storage_text(current.claims)}: a StatefulSet's volume "
+                f"claims cannot change (asked: {_storage_text(_claims(found))})",
+            )
+        )
+    return refused
+
+
+def _storage_text(claims: tuple[str, str | None] | None) -> str:
+    if claims is None:
+        return "ephemeral"
+    size, storage_class = claims
+    return size if storage_class is None else f"{size} of class {storage_class}"
+
+
+def _with_claims(
+    statefulset: dict[str, Any], claims: tuple[str, str | None] | None
+) -> dict[str, Any]:
+    spec = dict(statefulset["spec"])
+    template = dict(spec["template"])
+    pod_spec = dict(template["spec"])
+    volumes = [v for v in pod_spec["volumes"] if v["name"] != "data"]
+    if claims is None:
+        spec.pop("volumeClaimTemplates", None)
+        volumes.append({"name": "data", "emptyDir": {}})
+    else:
+        size, storage_class = claims
+        claim: dict[str, Any] = {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": size}},
+        }
+        if storage_class is not None:
+            claim["storageClassName"] = storage_class
+        labels = statefulset["metadata"]["labels"]
+        spec["volumeClaimTemplates"] = [
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "data", "labels": labels},
+                "spec": claim,
+            }
+        ]
+    pod_spec["volumes"] = volumes
+    template["spec"] = pod_spec
+    spec["template"] = template
+    return statefulset | {"spec": spec}
+
+
+# -- rolling restarts -------------------------------------------------------------------------
+
+
+def _outdated(pod: PodState, observed: Observed) -> bool:
+    statefulset = observed.statefulsets.get(pod.pool)
+    return (
+        statefulset is not None
+        and statefulset.update_revision is not None
+        and pod.revision != statefulset.update_revision
+    )
+
+
+def _node_id(pool: Pool, ordinal: int) -> int:
+    return pool.node_id_base + ordinal
+
+
+def _next_restart(
+    cluster: KafkaCluster, observed: Observed, facts: BrokerFacts | None
+) -> Restart | None:
+    """The rules of the module's docstring, in order."""
+    by_role = {pool.role: pool for pool in pools(cluster.spec)}
+    outdated = [pod for pod in observed.pods if _outdated(pod, observed)]  # 1
+    if not outdated or any(pod.deleting for pod in observed.pods):  # 2
+        return None
+    for pod in outdated:  # 3
+        if pod.stuck is not None:
+            return Restart(pod.name, f"it is stuck ({pod.stuck}) on an old revision")
+    if not all(pod.ready for pod in observed.pods):  # 4
+        return None
+
+    def order(pod: PodState) -> tuple[int, bool, int]:
+        pool = by_role.get(pod.pool)
+        rank = ("controller", "combined", "broker").index(pod.pool)
+        active = (
+            pool is not None
+            and facts is not None
+            and facts.active_controller == _node_id(pool, pod.ordinal)
+        )
+        return rank, active, pod.ordinal
+
+    pod = min(outdated, key=order)  # 6
+    pool = by_role.get(pod.pool)
+    if pool is not None and pool.is_broker and (facts is None or facts.under_replicated):  # 5
+        return None
+    return Restart(pod.name, "its configuration or image changed")  # 7
+
+
+# -- status -----------------------------------------------------------------------------------
+
+
+def _expected_pods(cluster: KafkaCluster, replicas: Mapping[Role, int]) -> int:
+    return sum(replicas.get(pool.role, pool.spec.replicas) for pool in pools(cluster.spec))
+
+
+def _conditions(
+    cluster: KafkaCluster,
+    observed: Observed,
+    facts: BrokerFacts | None,
+    replicas: Mapping[Role, int],
+    restart: Restart | None,
+) -> tuple[list[ConditionState], float | None]:
+    expected = _expected_pods(cluster, replicas)
+    ready = [pod for pod in observed.pods if pod.ready and not pod.deleting]
+    outdated = [pod.name for pod in observed.pods if _outdated(pod, observed)]
+    not_ready = sorted(
+        f"{pod.name} ({pod.stuck})" if pod.stuck else pod.name
+        for pod in observed.pods
+        if not pod.ready or pod.deleting
+    )
+    missing = expected - len(observed.pods)
+    brokers = [
+        _node_id(pool, ordinal)
+        for pool in pools(cluster.spec)
+        if pool.is_broker
+        for ordinal in range(replicas.get(pool.role, pool.spec.replicas))
+    ]
+    if not_ready or missing > 0:
+        waiting = ", ".join(not_ready + ([f"{missing} not created yet"] if missing > 0 else []))
+        reason = "NodesNotReady"
+        if any(pod.stuck for pod in observed.pods):
+            reason = "NodesStuck"
+        message = f"{len(ready)}/{expected} nodes ready; waiting for {waiting}"
+        ready_condition = ConditionState("Ready", "False", reason, message)
+    elif facts is None:
+        ready_condition = ConditionState(
+            "Ready", "False", "BrokersUnreachable", "the brokers' Admin API did not answer"
+        )
+    elif unfenced := [b for b in brokers if facts.brokers.get(b) != "Unfenced"]:
+        ready_condition = ConditionState(
+            "Ready",
+            "False",
+            "BrokersNotRegistered",
+            "brokers not registered and unfenced yet: " + ", ".join(map(str, unfenced)),
+        )
+    elif outdated:
+        ready_condition = ConditionState(
+            "Ready",
+            "False",
+            "RollingRestart",
+            f"{len(outdated)} node(s) to restart for a new revision: {', '.join(sorted(outdated))}",
+        )
+    elif facts.under_replicated:
+        ready_condition = ConditionState(
+            "Ready",
+            "False",
+            "PartitionsUnderReplicated",
+            f"{facts.under_replicated} partition(s) have fewer in-sync replicas than replicas",
+        )
+    else:
+        ready_condition = ConditionState(
+            "Ready", "True", "Ready", f"{expected}/{expected} nodes ready, every broker in sync"
+        )
+    busy = ready_condition.status != "True"
+    reconciling = ConditionState(
+        "Reconciling",
+        "True" if busy else "False",
+        (
+            "RollingRestart"
+            if restart is not None or outdated
+            else ready_condition.reason
+            if busy
+            else "Reconciled"
+        ),
+        (
+            f"restarting {restart.pod}: {restart.reason}"
+            if restart is not None
+            else ready_condition.message
+            if busy
+            else "every object is as the spec asks"
+        ),
+    )
+    return [ready_condition, reconciling], WAIT_S if busy else None
+
+
+def _status(
+    cluster: KafkaCluster,
+    target: Target,
+    observed: Observed,
+    facts: BrokerFacts | None,
+    replicas: Mapping[Role, int],
+) -> dict[str, Any]:
+    by_name = {pod.name: pod for pod in observed.pods}
+    nodes = []
+    for pool in pools(cluster.spec):
+        for ordinal in range(replicas.get(pool.role, pool.spec.replicas)):
+            name = pod_name(target, pool, ordinal)
+            pod = by_name.get(name)
+            node: dict[str, Any] = {
+                "nodeId": _node_id(pool, ordinal),
+                "roles": list(pool.roles),
+                "pod": name,
+                "ready": pod is not None and pod.ready and not pod.deleting,
+            }
+            if pool.is_broker and facts is not None:
+                node["brokerState"] = facts.brokers.get(_node_id(pool, ordinal), "NotRegistered")
+            nodes.append(node)
+    ready = sum(1 for node in nodes if node["ready"])
+    return {
+        "clusterId": target.cluster_id,
+        "listeners": [
+            {"name": listener.name, "bootstrapServers": bootstrap_servers(target, listener)}
+            for listener in cluster.spec.listeners
+        ],
+        "nodes": nodes,
+        "readyNodes": f"{ready}/{len(nodes)}",
+    }
+
+
+def merge_conditions(
+    current: Sequence[Mapping[str, Any]],
+    wanted: Sequence[ConditionState],
+    *,
+    now: str,
+    generation: int | None,
+) -> list[dict[str, Any]]:
+    """The conditions to write: `lastTransitionTime` moves only when a status changes, and a
+    condition no longer wanted (a refusal that was lifted) is dropped."""
+    previous = {c.get("type"): c for c in current}
+    merged = []
+    for condition in wanted:
+        before = previous.get(condition.type)
+        since = now
+        if before is not None and before.get("status") == condition.status:
+            since = before.get("lastTransitionTime", now)
+        merged.append(
+            {
+                "type": condition.type,
+                "status": condition.status,
+                "reason": condition.reason,
+                "message": condition.message,
+                "lastTransitionTime": since,
+                "observedGeneration": generation,
+            }
+        )
+    return merged

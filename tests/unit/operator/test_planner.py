@@ -1,0 +1,484 @@
+"""The planner without a cluster: the objects a `KafkaCluster` is made of, the changes it
+refuses, the order of a rolling restart, and the status it reports."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from broker.config import BrokerConfig, parse_properties
+from gregor_operator.objects import CONFIG_HASH, Role
+from gregor_operator.planner import (
+    BrokerFacts,
+    ConditionState,
+    Observed,
+    Plan,
+    PodState,
+    Restart,
+    StatefulSetState,
+    merge_conditions,
+    plan,
+)
+
+ROOT = Path(__file__).resolve().parents[3]
+NAMESPACE = "team-a"
+CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qk"
+IMAGE = "gregor-broker:1.0.0"
+
+
+def example(name: str = "kafkacluster.yaml") -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load((ROOT / "examples" / name).read_text())
+    document["metadata"] |= {"namespace": NAMESPACE, "uid": "0b6e-uid", "generation": 1}
+    return document
+
+
+def planned(
+    resource: dict[str, Any],
+    observed: Observed | None = None,
+    facts: BrokerFacts | None = None,
+) -> Plan:
+    return plan(
+        resource,
+        namespace=NAMESPACE,
+        cluster_id=CLUSTER_ID,
+        observed=observed or Observed(),
+        facts=facts,
+        image=IMAGE,
+    )
+
+
+def objects(found: Plan, kind: str) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in found.objects if o["kind"] == kind}
+
+
+def condition(found: Plan, kind: str) -> ConditionState:
+    return next(c for c in found.conditions if c.type == kind)
+
+
+def restarted(found: Plan) -> str | None:
+    return None if found.restart is None else found.restart.pod
+
+
+def template_hash(found: Plan, statefulset: str) -> str:
+    annotations = objects(found, "StatefulSet")[statefulset]["spec"]["template"]["metadata"]
+    return str(annotations["annotations"][CONFIG_HASH])
+
+
+HEALTHY = BrokerFacts(
+    brokers={0: "Unfenced", 1: "Unfenced", 2: "Unfenced"},
+    under_replicated=0,
+    active_controller=1001,
+)
+
+
+def running(
+    revisions: dict[str, str],
+    *,
+    pod_revisions: dict[str, str] | None = None,
+    not_ready: Iterable[str] = (),
+    stuck: dict[str, str] | None = None,
+    deleting: Iterable[str] = (),
+    replicas: dict[str, int] | None = None,
+    claims: dict[str, tuple[str, str | None] | None] | None = None,
+) -> Observed:
+    """A cluster of the example's shape as Kubernetes shows it: every pod of a pool at its
+    StatefulSet's update revision unless `pod_revisions` says otherwise."""
+    replicas = {"controller": 3, "broker": 3} | (replicas or {})
+    roles: dict[str, Role] = {"controller": "controller", "broker": "broker"}
+    default_claims = {"controller": ("1Gi", None), "broker": ("10Gi", None)}
+    statefulsets: dict[Role, StatefulSetState] = {
+        roles[role]: StatefulSetState(count, revisions[role], (claims or default_claims).get(role))
+        for role, count in replicas.items()
+    }
+    pods = []
+    for role, count in replicas.items():
+        for ordinal in range(count):
+            name = f"gregor-{role}-{ordinal}"
+            pods.append(
+                PodState(
+                    name,
+                    roles[role],
+                    ordinal,
+                    ready=name not in set(not_ready),
+                    revision=(pod_revisions or {}).get(name, revisions[role]),
+                    deleting=name in set(deleting),
+                    stuck=(stuck or {}).get(name),
+                )
+            )
+    return Observed(statefulsets, pods)
+
+
+CURRENT = {"controller": "rev-c1", "broker": "rev-b1"}
+ROLLED = {"controller": "rev-c2", "broker": "rev-b2"}
+
+
+# -- a fresh cluster --------------------------------------------------------------------------
+
+
+def test_a_fresh_cluster_gets_every_object_it_is_made_of() -> None:
+    found = planned(example())
+    kinds = [(o["kind"], o["metadata"]["name"]) for o in found.objects]
+    assert kinds == [
+        ("ServiceAccount", "gregor-node"),
+        ("Secret", "gregor-cluster-id"),
+        ("Service", "gregor-nodes"),
+        ("Service", "gregor-bootstrap"),
+        ("ConfigMap", "gregor-controller-config"),
+        ("ConfigMap", "gregor-broker-config"),
+        ("PodDisruptionBudget", "gregor-controller"),
+        ("StatefulSet", "gregor-controller"),
+        ("PodDisruptionBudget", "gregor-broker"),
+        ("StatefulSet", "gregor-broker"),
+    ]
+    for found_object in found.objects:
+        metadata = found_object["metadata"]
+        assert metadata["namespace"] == NAMESPACE
+        assert metadata["labels"]["app.kubernetes.io/managed-by"] == "gregor-operator"
+        (owner,) = metadata["ownerReferences"]
+        assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
+            "KafkaCluster",
+            "gregor",
+            "0b6e-uid",
+            True,
+        )
+    assert found.restart is None
+    ready = condition(found, "Ready")
+    assert (ready.status, ready.reason) == ("False", "NodesNotReady")
+    assert "0/6 nodes ready; waiting for 6 not created yet" in ready.message
+    assert condition(found, "Reconciling").status == "True"
+    assert found.requeue_after is not None
+
+
+def test_the_statefulsets_leave_restarts_to_the_operator_and_probe_what_matters() -> None:
+    brokers = objects(planned(example()), "StatefulSet")["gregor-broker"]["spec"]
+    assert brokers["updateStrategy"] == {"type": "OnDelete"}
+    assert brokers["podManagementPolicy"] == "Parallel"
+    assert brokers["serviceName"] == "gregor-nodes"
+    assert brokers["volumeClaimTemplates"][0]["spec"]["resources"] == {
+        "requests": {"storage": "10Gi"}
+    }
+    pod = brokers["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == IMAGE
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 9404}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": 9404}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["terminationGracePeriodSeconds"] >= 60
+
+
+def test_the_headless_service_publishes_nodes_before_they_are_ready() -> None:
+    service = objects(planned(example()), "Service")["gregor-nodes"]["spec"]
+    assert service["clusterIP"] == "None"
+    assert service["publishNotReadyAddresses"] is True
+    bootstrap = objects(planned(example()), "Service")["gregor-bootstrap"]["spec"]
+    assert bootstrap["selector"] == {"gregor.dev/cluster": "gregor", "gregor.dev/broker": "true"}
+
+
+def _pod_properties(found: Plan, statefulset: str, ordinal: int) -> dict[str, str]:
+    """What a pod's node reads: its pool's server.properties and the overrides its command
+    computes, found by running that command under /bin/sh with a stand-in `gregor`."""
+    config_map = objects(found, "ConfigMap")[f"{statefulset}-config"]
+    properties = parse_properties(config_map["data"]["server.properties"])
+    (container,) = objects(found, "StatefulSet")[statefulset]["spec"]["template"]["spec"][
+        "containers"
+    ]
+    env = {e["name"]: e.get("value", "") for e in container["env"]}
+    env |= {"POD_NAME": f"{statefulset}-{ordinal}", "GREGOR_CLUSTER_ID": CLUSTER_ID}
+    stand_in = 'gregor() { for a in "$@"; do printf \'%s\\n\' "$a"; done; }; '
+    script = container["command"][2].replace("exec gregor", "gregor", 1)
+    said = subprocess.run(
+        [container["command"][0], "-c", stand_in + script],
+        env={"PATH": os.environ["PATH"], **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert said[said.index("--cluster-id") + 1] == CLUSTER_ID
+    overrides = [said[i + 1] for i, arg in enumerate(said) if arg == "--override"]
+    return properties | dict(o.split("=", 1) for o in overrides)
+
+
+@pytest.mark.parametrize(
+    ("name", "statefulset", "ordinal", "node_id"),
+    [
+        ("kafkacluster.yaml", "gregor-controller", 2, 1002),
+        ("kafkacluster.yaml", "gregor-broker", 1, 1),
+        ("kafkacluster-combined.yaml", "gregor-dev-combined", 0, 0),
+    ],
+)
+def test_every_node_gets_a_configuration_the_broker_accepts(
+    name: str, statefulset: str, ordinal: int, node_id: int
+) -> None:
+    found = planned(example(name))
+    properties = _pod_properties(found, statefulset, ordinal)
+    config = BrokerConfig.from_properties(properties)
+    assert config.node_id == node_id
+    if "broker" in config.process_roles:
+        host = f"{statefulset}-{ordinal}.{statefulset.rsplit('-', 1)[0]}-nodes.{NAMESPACE}.svc"
+        assert all(host in str(listener) for listener in config.advertised_listeners), properties[
+            "advertised.listeners"
+        ]
+    voters = properties["controller.quorum.voters"]
+    assert voters.count("@") == 3 if name == "kafkacluster.yaml" else 1
+
+
+def test_the_users_config_reaches_every_node() -> None:
+    found = planned(example())
+    for statefulset in ("gregor-controller", "gregor-broker"):
+        assert _pod_properties(found, statefulset, 0)["min.insync.replicas"] == "2"
+
+
+# -- changes ----------------------------------------------------------------------------------
+
+
+def test_scaling_brokers_up_adds_nodes_without_restarting_any() -> None:
+    resource = example()
+    before = planned(resource, running(CURRENT), HEALTHY)
+    resource["spec"]["brokers"]["replicas"] = 5
+    after = planned(resource, running(CURRENT), HEALTHY)
+    assert objects(after, "StatefulSet")["gregor-broker"]["spec"]["replicas"] == 5
+    for statefulset in ("gregor-controller", "gregor-broker"):
+        assert template_hash(before, statefulset) == template_hash(after, statefulset)
+    assert after.restart is None
+    assert not any(c.type == "ChangeRefused" for c in after.conditions)
+
+
+@pytest.mark.parametrize(
+    ("pool", "replicas", "reason"),
+    [
+        ("brokers", 2, "ScaleDownNotSupported"),
+        ("controllers", 5, "ControllerScalingNotSupported"),
+        ("controllers", 1, "ControllerScalingNotSupported"),
+    ],
+)
+def test_an_unsafe_scaling_is_refused_and_the_current_size_kept(
+    pool: str, replicas: int, reason: str
+) -> None:
+    resource = example()
+    resource["spec"][pool]["replicas"] = replicas
+    found = planned(resource, running(CURRENT), HEALTHY)
+    role = pool.removesuffix("s")
+    assert objects(found, "StatefulSet")[f"gregor-{role}"]["spec"]["replicas"] == 3
+    refused = condition(found, "ChangeRefused")
+    assert (refused.status, refused.reason) == ("True", reason)
+    assert "stay 3" in refused.message
+    assert f"asked: {replicas}" in refused.message
+    assert ("Warning", reason, refused.message) in found.events
+
+
+def test_a_storage_change_is_refused_and_the_current_claims_kept() -> None:
+    resource = example()
+    resource["spec"]["brokers"]["storage"]["size"] = "20Gi"
+    found = planned(resource, running(CURRENT), HEALTHY)
+    claims = objects(found, "StatefulSet")["gregor-broker"]["spec"]["volumeClaimTemplates"]
+    assert claims[0]["spec"]["resources"]["requests"]["storage"] == "10Gi"
+    refused = condition(found, "ChangeRefused")
+    assert refused.reason == "StorageChangeNotSupported"
+    assert "stays 10Gi" in refused.message
+    assert "asked: 20Gi" in refused.message
+
+
+def test_a_config_change_changes_the_revision_of_the_pools_it_reaches() -> None:
+    resource = example()
+    before = planned(resource)
+    changed = copy.deepcopy(resource)
+    changed["spec"]["config"]["log.retention.ms"] = 3_600_000
+    after = planned(changed)
+    for statefulset in ("gregor-controller", "gregor-broker"):
+        assert template_hash(before, statefulset) != template_hash(after, statefulset)
+    resized = copy.deepcopy(resource)
+    resized["spec"]["brokers"]["resources"] = {"limits": {"memory": "2Gi"}}
+    after = planned(resized)
+    assert template_hash(before, "gregor-controller") == template_hash(after, "gregor-controller")
+    brokers = objects(after, "StatefulSet")["gregor-broker"]["spec"]["template"]["spec"]
+    assert brokers["containers"][0]["resources"] == {"limits": {"memory": "2Gi"}}
+
+
+def test_an_image_change_changes_every_pools_template() -> None:
+    resource = example()
+    resource["spec"]["image"] = "gregor-broker:1.0.1"
+    found = planned(resource)
+    for statefulset in objects(found, "StatefulSet").values():
+        assert statefulset["spec"]["template"]["spec"]["containers"][0]["image"] == (
+            "gregor-broker:1.0.1"
+        )
+
+
+@pytest.mark.parametrize(("delete_claims", "policy"), [(False, "Retain"), (True, "Delete")])
+def test_claims_outlive_the_cluster_unless_asked(delete_claims: bool, policy: str) -> None:
+    resource = example()
+    resource["spec"]["deleteClaims"] = delete_claims
+    for statefulset in objects(planned(resource), "StatefulSet").values():
+        assert statefulset["spec"]["persistentVolumeClaimRetentionPolicy"] == {
+            "whenDeleted": policy,
+            "whenScaled": "Retain",
+        }
+
+
+def test_drift_is_put_back_because_the_plan_never_depends_on_the_objects_it_owns() -> None:
+    """What a user edits in an owned object is not an input: the plan is the same, and the
+    adapter applies it over the edit (server-side apply under the operator's field manager)."""
+    resource = example()
+    assert (
+        planned(resource, running(CURRENT), HEALTHY).objects
+        == planned(resource, running(CURRENT, not_ready=["gregor-broker-1"]), HEALTHY).objects
+    )
+
+
+# -- invalid specs ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"combined": {"replicas": 1}}, "give either combined, or controllers and brokers"),
+        ({"brokers": {"replicas": 0}}, "spec.brokers.replicas"),
+        ({"config": {"node.id": 3}}, "node.id, which the operator sets itself"),
+        ({"config": {"log.retention.hour": 3}}, "spec.config.log.retention.hour"),
+        ({"listeners": [{"name": "ext", "port": 9094, "type": "nodeport"}]}, "only internal"),
+        ({"brokers": "three"}, "spec.brokers"),
+    ],
+)
+def test_an_invalid_spec_gives_a_condition_and_applies_nothing(
+    change: dict[str, Any], message: str
+) -> None:
+    resource = example()
+    resource["spec"] |= change
+    found = planned(resource, running(CURRENT), HEALTHY)
+    assert found.objects == []
+    assert found.restart is None
+    ready = condition(found, "Ready")
+    assert ready.status == "False"
+    assert ready.reason in ("InvalidSpec", "NotSupportedYet")
+    assert message in ready.message
+
+
+# -- rolling restarts -------------------------------------------------------------------------
+
+
+def test_a_healthy_cluster_at_its_revisions_is_ready_and_restarts_nothing() -> None:
+    found = planned(example(), running(CURRENT), HEALTHY)
+    assert found.restart is None
+    assert condition(found, "Ready") == ConditionState(
+        "Ready", "True", "Ready", "6/6 nodes ready, every broker in sync"
+    )
+    assert condition(found, "Reconciling").status == "False"
+    assert found.requeue_after is None
+
+
+def test_a_roll_starts_with_the_controllers_and_leaves_the_active_one_last() -> None:
+    found = planned(example(), running(ROLLED, pod_revisions=_all_at(CURRENT)), HEALTHY)
+    assert restarted(found) == "gregor-controller-0"
+    done = _all_at(CURRENT) | {"gregor-controller-0": "rev-c2"}
+    found = planned(example(), running(ROLLED, pod_revisions=done), HEALTHY)
+    assert restarted(found) == "gregor-controller-2"  # 1 leads
+    done |= {"gregor-controller-2": "rev-c2"}
+    found = planned(example(), running(ROLLED, pod_revisions=done), HEALTHY)
+    assert restarted(found) == "gregor-controller-1"
+    done = _all_at(CURRENT) | {f"gregor-controller-{i}": "rev-c2" for i in range(3)}
+    found = planned(example(), running(ROLLED, pod_revisions=done), HEALTHY)
+    assert restarted(found) == "gregor-broker-0"
+    assert condition(found, "Ready").reason == "RollingRestart"
+    assert found.events[-1][:2] == ("Normal", "RollingRestart")
+
+
+def _all_at(revisions: dict[str, str]) -> dict[str, str]:
+    return {f"gregor-{role}-{i}": rev for role, rev in revisions.items() for i in range(3)}
+
+
+def test_a_roll_waits_for_the_restarted_pod_to_be_ready_again() -> None:
+    pods = _all_at(CURRENT) | {"gregor-controller-0": "rev-c2"}
+    found = planned(
+        example(), running(ROLLED, pod_revisions=pods, not_ready=["gregor-controller-0"]), HEALTHY
+    )
+    assert found.restart is None
+    assert condition(found, "Ready").reason == "NodesNotReady"
+
+
+def test_a_roll_never_deletes_a_second_pod_while_one_is_going() -> None:
+    observed = running(ROLLED, pod_revisions=_all_at(CURRENT), deleting=["gregor-controller-0"])
+    assert planned(example(), observed, HEALTHY).restart is None
+
+
+def test_a_broker_is_restarted_only_while_every_partition_is_in_sync() -> None:
+    pods = _all_at(CURRENT) | {f"gregor-controller-{i}": "rev-c2" for i in range(3)}
+    observed = running(ROLLED, pod_revisions=pods)
+    lagging = BrokerFacts(HEALTHY.brokers, under_replicated=4, active_controller=1001)
+    assert planned(example(), observed, lagging).restart is None
+    assert planned(example(), observed, None).restart is None
+    found = planned(example(), observed, HEALTHY)
+    assert restarted(found) == "gregor-broker-0"
+
+
+def test_a_stuck_pod_on_an_old_revision_is_restarted_first() -> None:
+    observed = running(
+        ROLLED,
+        pod_revisions=_all_at(CURRENT),
+        not_ready=["gregor-broker-2"],
+        stuck={"gregor-broker-2": "CrashLoopBackOff"},
+    )
+    found = planned(example(), observed, None)
+    assert found.restart == Restart(
+        "gregor-broker-2", "it is stuck (CrashLoopBackOff) on an old revision"
+    )
+    assert condition(found, "Ready").reason == "NodesStuck"
+
+
+# -- status -----------------------------------------------------------------------------------
+
+
+def test_the_status_says_where_to_connect_and_how_each_node_is() -> None:
+    found = planned(
+        example(),
+        running(CURRENT, not_ready=["gregor-broker-2"]),
+        BrokerFacts({0: "Unfenced", 1: "Unfenced", 2: "Fenced"}, 0, 1000),
+    )
+    assert found.status["listeners"] == [
+        {"name": "plain", "bootstrapServers": "gregor-bootstrap.team-a.svc.cluster.local:9092"}
+    ]
+    assert found.status["readyNodes"] == "5/6"
+    assert found.status["clusterId"] == CLUSTER_ID
+    broker = next(n for n in found.status["nodes"] if n["pod"] == "gregor-broker-2")
+    assert broker == {
+        "nodeId": 2,
+        "roles": ["broker"],
+        "pod": "gregor-broker-2",
+        "ready": False,
+        "brokerState": "Fenced",
+    }
+    controller = next(n for n in found.status["nodes"] if n["pod"] == "gregor-controller-0")
+    assert controller["nodeId"] == 1000
+    assert "brokerState" not in controller
+
+
+def test_a_ready_cluster_whose_brokers_cannot_be_asked_is_not_called_ready() -> None:
+    ready = condition(planned(example(), running(CURRENT), None), "Ready")
+    assert (ready.status, ready.reason) == ("False", "BrokersUnreachable")
+    fenced = BrokerFacts({0: "Unfenced", 1: "Fenced"}, 0, 1000)
+    ready = condition(planned(example(), running(CURRENT), fenced), "Ready")
+    assert (ready.reason, ready.message) == (
+        "BrokersNotRegistered",
+        "brokers not registered and unfenced yet: 1, 2",
+    )
+
+
+def test_a_condition_keeps_its_transition_time_until_its_status_changes() -> None:
+    first = merge_conditions(
+        [], [ConditionState("Ready", "False", "NodesNotReady", "1/6")], now="t1", generation=1
+    )
+    second = merge_conditions(
+        first, [ConditionState("Ready", "False", "NodesNotReady", "4/6")], now="t2", generation=1
+    )
+    third = merge_conditions(
+        second, [ConditionState("Ready", "True", "Ready", "6/6")], now="t3", generation=2
+    )
+    assert [c["lastTransitionTime"] for c in (first[0], second[0], third[0])] == ["t1", "t1", "t3"]
+    assert second[0]["message"] == "4/6"
+    assert third[0]["observedGeneration"] == 2
