@@ -143,6 +143,18 @@ def _local_up(args: argparse.Namespace) -> int:
     return _run_node(config, banner)
 
 
+def _operator_arguments(parser: argparse.ArgumentParser) -> None:
+    from gregor_operator.main import add_arguments  # noqa: PLC0415 - the broker runs without it
+
+    add_arguments(parser)
+
+
+def _operator(args: argparse.Namespace) -> int:
+    from gregor_operator.main import run  # noqa: PLC0415 - the broker runs without it
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gregor", description="Gregor: a Kafka-compatible broker and its operator."
@@ -178,6 +190,12 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--data-dir", default="var/local", help="where the nodes keep their logs")
     up.add_argument("--port", type=int, default=9092, help="the bootstrap port")
     up.set_defaults(run=_local_up)
+
+    operator = commands.add_parser(
+        "operator", help="run the Kubernetes operator (KafkaCluster, Topic, User)"
+    )
+    _operator_arguments(operator)
+    operator.set_defaults(run=_operator)
 
     api_versions = commands.add_parser(
         "api-versions", help="print the ApiVersions advertisement a node sends"

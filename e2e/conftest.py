@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client, config
 
 from localkube.build import ensure_binaries
@@ -30,7 +31,9 @@ from localkube.images import (
     ensure_base_image,
 )
 
-ARTIFACTS = Path(__file__).resolve().parent.parent / "var" / "e2e"
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "var" / "e2e"
+CRDS = sorted((ROOT / "crds").glob("*.yaml"))
 
 Kubectl = Callable[..., str]
 
@@ -120,6 +123,15 @@ def kubectl(kubeconfig: Path) -> Kubectl:
         return result.stdout
 
     return run
+
+
+@pytest.fixture(scope="session")
+def crds(kubectl: Kubectl) -> None:
+    """The CRDs, applied as a user applies them (they stay: the cluster is shared)."""
+    for path in CRDS:
+        kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+    names = [yaml.safe_load(path.read_text())["metadata"]["name"] for path in CRDS]
+    kubectl("wait", "--for=condition=Established", "--timeout=60s", *(f"crd/{n}" for n in names))
 
 
 @pytest.fixture

@@ -15,18 +15,8 @@ import yaml
 from e2e.conftest import Kubectl
 
 ROOT = Path(__file__).resolve().parent.parent
-CRDS = sorted((ROOT / "crds").glob("*.yaml"))
 EXAMPLES = ROOT / "examples"
 MANAGER = "gregor-e2e"
-
-
-@pytest.fixture(scope="module")
-def crds(kubectl: Kubectl) -> None:
-    """The CRDs, applied as a user applies them (they stay: the cluster is shared)."""
-    for path in CRDS:
-        kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
-    names = [yaml.safe_load(path.read_text())["metadata"]["name"] for path in CRDS]
-    kubectl("wait", "--for=condition=Established", "--timeout=60s", *(f"crd/{n}" for n in names))
 
 
 def apply(kubectl: Kubectl, namespace: str, document: dict[str, Any], *extra: str) -> str:

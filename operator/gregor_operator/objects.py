@@ -121,8 +121,8 @@ def bootstrap_name(target: Target) -> str:
     return f"{target.name}-bootstrap"
 
 
-def cluster_id_secret_name(target: Target) -> str:
-    return f"{target.name}-cluster-id"
+def cluster_id_secret_name(cluster: str) -> str:
+    return f"{cluster}-cluster-id"
 
 
 def _config_map_name(target: Target, pool: Pool) -> str:
@@ -317,7 +317,7 @@ def cluster_id_secret(target: Target) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _metadata(target, cluster_id_secret_name(target), cluster_labels(target)),
+        "metadata": _metadata(target, cluster_id_secret_name(target.name), cluster_labels(target)),
         "type": "Opaque",
         "data": {"cluster.id": base64.b64encode(target.cluster_id.encode()).decode()},
     }
@@ -368,7 +368,10 @@ def _container(target: Target, spec: KafkaClusterSpec, pool: Pool) -> dict[str, 
             {
                 "name": "GREGOR_CLUSTER_ID",
                 "valueFrom": {
-                    "secretKeyRef": {"name": cluster_id_secret_name(target), "key": "cluster.id"}
+                    "secretKeyRef": {
+                        "name": cluster_id_secret_name(target.name),
+                        "key": "cluster.id",
+                    }
                 },
             },
         ],

@@ -37,6 +37,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from broker.config import BrokerConfig
+from broker.storage.config import InvalidConfig
+
 from .models import KafkaCluster
 from .objects import (
     Pool,
@@ -46,6 +49,7 @@ from .objects import (
     desired_objects,
     pod_name,
     pools,
+    server_properties,
 )
 
 __all__ = [
@@ -175,6 +179,9 @@ def plan(
     ]
     if unsupported:
         return _invalid("; ".join(unsupported), reason="NotSupportedYet")
+    refusal = _broker_refuses(target, cluster)
+    if refusal is not None:
+        return _invalid(refusal)
     replicas, refused = _allowed_replicas(cluster, observed)
     objects = desired_objects(target, cluster, replicas)
     refused += _keep_claims(objects, observed)
@@ -217,6 +224,20 @@ def _invalid(message: str, *, reason: str = "InvalidSpec") -> Plan:
         events=[("Warning", reason, message)],
         requeue_after=None,
     )
+
+
+def _broker_refuses(target: Target, cluster: KafkaCluster) -> str | None:
+    """What the broker would say of its configuration at start, if it would not start: each
+    pool's properties, with a node id and advertised listeners as its pods give them."""
+    for pool in pools(cluster.spec):
+        properties = server_properties(target, cluster.spec, pool) | {
+            "node.id": str(pool.node_id_base)
+        }
+        try:
+            BrokerConfig.from_properties(properties)
+        except InvalidConfig as exc:
+            return f"{pool.role} configuration: {exc}"
+    return None
 
 
 def _allowed_replicas(

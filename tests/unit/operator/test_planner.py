@@ -344,6 +344,10 @@ def test_drift_is_put_back_because_the_plan_never_depends_on_the_objects_it_owns
         ({"config": {"log.retention.hour": 3}}, "spec.config.log.retention.hour"),
         ({"listeners": [{"name": "ext", "port": 9094, "type": "nodeport"}]}, "only internal"),
         ({"brokers": "three"}, "spec.brokers"),
+        (
+            {"config": {"log.retention.ms": -5}},
+            "controller configuration: invalid value '-5' for configuration log.retention.ms",
+        ),
     ],
 )
 def test_an_invalid_spec_gives_a_condition_and_applies_nothing(

@@ -1,0 +1,238 @@
+"""The operator against the real API server: `gregor operator` runs on this machine, watching
+one namespace of the local cluster, and this checks the objects it creates for a
+`KafkaCluster` (labels, owner references, the server-side apply field manager, probes), the
+status it writes, that it puts back what a user changes in an owned object while keeping what
+other tools add, and that an invalid spec gets a condition and changes nothing.
+
+The operator cannot reach the brokers from outside the cluster (their DNS names resolve only
+inside it), so here a cluster is never called Ready: `BrokersUnreachable` is the honest answer.
+The whole stack, with the operator in a pod, is the Helm e2e test's."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e.conftest import Kubectl
+from tests.support.nodes import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+CLUSTER = "gregor-dev"
+TIMEOUT_S = 120.0
+
+
+@pytest.fixture
+def operator(
+    kubeconfig: Path, namespace: str, crds: None, broker_image: str, tmp_path: Path
+) -> Iterator[str]:
+    """`gregor operator` for the test's namespace; yields its metrics URL."""
+    metrics = free_port()
+    log = (tmp_path / "operator.log").open("w")
+    process = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("gregor")),
+            "operator",
+            "--namespace",
+            namespace,
+            "--liveness",
+            f"http://127.0.0.1:{free_port()}/healthz",
+            "--metrics-port",
+            str(metrics),
+        ],
+        env=os.environ
+        | {
+            "KUBECONFIG": str(kubeconfig),
+            "GREGOR_BROKER_IMAGE": broker_image,
+            "GREGOR_RECONCILE_INTERVAL_S": "2",
+        },
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        yield f"http://127.0.0.1:{metrics}/metrics"
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+        if process.returncode not in (0, -15):
+            print((tmp_path / "operator.log").read_text()[-5000:])
+
+
+def get(kubectl: Kubectl, namespace: str, kind: str, name: str) -> dict[str, Any] | None:
+    try:
+        found: dict[str, Any] = json.loads(
+            kubectl("get", kind, name, "-o", "json", "--show-managed-fields", namespace=namespace)
+        )
+    except AssertionError as exc:
+        if "NotFound" in str(exc):
+            return None
+        raise
+    return found
+
+
+def eventually(what: str, check: Callable[[], Any], timeout: float = TIMEOUT_S) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"not within {timeout:.0f} s: {what}"
+        time.sleep(1)
+
+
+def apply_example(kubectl: Kubectl, namespace: str, change: dict[str, Any] | None = None) -> None:
+    document = yaml.safe_load((ROOT / "examples" / "kafkacluster-combined.yaml").read_text())
+    document["spec"] |= change or {}
+    kubectl(
+        "apply",
+        "--server-side",
+        "--field-manager=gitops",
+        "-f",
+        "-",
+        namespace=namespace,
+        stdin=json.dumps(document),
+    )
+
+
+def condition(resource: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    for found in (resource.get("status") or {}).get("conditions") or []:
+        if found["type"] == kind:
+            return dict(found)
+    return None
+
+
+def test_the_operator_creates_a_clusters_objects_and_keeps_them_as_the_spec_says(
+    operator: str, kubectl: Kubectl, namespace: str
+) -> None:
+    apply_example(kubectl, namespace)
+    cluster = get(kubectl, namespace, "kafkacluster", CLUSTER)
+    assert cluster is not None
+    uid = cluster["metadata"]["uid"]
+    owned = {
+        "statefulset": f"{CLUSTER}-combined",
+        "configmap": f"{CLUSTER}-combined-config",
+        "service": f"{CLUSTER}-bootstrap",
+        "poddisruptionbudget": f"{CLUSTER}-combined",
+        "secret": f"{CLUSTER}-cluster-id",
+        "serviceaccount": f"{CLUSTER}-node",
+    }
+    for kind, name in owned.items():
+        found = eventually(f"{kind}/{name}", functools.partial(get, kubectl, namespace, kind, name))
+        metadata = found["metadata"]
+        assert metadata["labels"]["app.kubernetes.io/managed-by"] == "gregor-operator", kind
+        assert [(o["kind"], o["uid"]) for o in metadata["ownerReferences"]] == [
+            ("KafkaCluster", uid)
+        ], kind
+        managers = {(m["manager"], m["operation"]) for m in metadata["managedFields"]}
+        assert ("gregor-operator", "Apply") in managers, (kind, managers)
+    statefulset = get(kubectl, namespace, "statefulset", f"{CLUSTER}-combined")
+    assert statefulset is not None
+    (container,) = statefulset["spec"]["template"]["spec"]["containers"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert statefulset["spec"]["updateStrategy"]["type"] == "OnDelete"
+
+    # The status: written with the generation it was computed from; the node becomes ready.
+    def node_ready() -> dict[str, Any] | None:
+        found = get(kubectl, namespace, "kafkacluster", CLUSTER)
+        status = (found or {}).get("status") or {}
+        return found if status.get("readyNodes") == "1/1" else None
+
+    cluster = eventually("the node to be ready", node_ready, timeout=180)
+    status = cluster["status"]
+    assert status["observedGeneration"] == cluster["metadata"]["generation"]
+    assert status["listeners"][0]["bootstrapServers"].startswith(f"{CLUSTER}-bootstrap.")
+    assert status["nodes"] == [
+        {
+            "nodeId": 0,
+            "roles": ["broker", "controller"],
+            "pod": f"{CLUSTER}-combined-0",
+            "ready": True,
+        }
+    ]
+    ready = condition(cluster, "Ready")
+    assert ready is not None
+    assert (ready["status"], ready["reason"]) == ("False", "BrokersUnreachable")
+    listed = kubectl("get", "kc", namespace=namespace)
+    assert "1/1" in listed, listed
+    assert f"{CLUSTER}-bootstrap.{namespace}.svc" in listed, listed
+
+    # Drift: a deleted ConfigMap comes back, an edited selector is put back, and a label
+    # another tool adds survives.
+    kubectl("delete", "configmap", f"{CLUSTER}-combined-config", namespace=namespace)
+    kubectl(
+        "patch",
+        "service",
+        f"{CLUSTER}-bootstrap",
+        "--type=merge",
+        "-p",
+        '{"spec": {"selector": {"gregor.dev/broker": "false"}}}',
+        namespace=namespace,
+    )
+    kubectl("label", "statefulset", f"{CLUSTER}-combined", "team=payments", namespace=namespace)
+    eventually(
+        "the ConfigMap to come back",
+        lambda: get(kubectl, namespace, "configmap", f"{CLUSTER}-combined-config"),
+    )
+
+    def selector_restored() -> bool:
+        service = get(kubectl, namespace, "service", f"{CLUSTER}-bootstrap") or {}
+        return bool(service.get("spec", {}).get("selector", {}).get("gregor.dev/broker") == "true")
+
+    eventually("the Service's selector to be put back", selector_restored)
+    statefulset = get(kubectl, namespace, "statefulset", f"{CLUSTER}-combined")
+    assert statefulset is not None
+    assert statefulset["metadata"]["labels"]["team"] == "payments"
+
+    with urllib.request.urlopen(operator, timeout=10) as response:
+        metrics = response.read().decode()
+    assert 'gregor_operator_reconciliations_total{resource="kafkacluster",result="ok"}' in metrics
+    assert "gregor_operator_oldest_reconciliation_seconds" in metrics
+
+
+def test_an_invalid_spec_gets_a_condition_and_changes_nothing(
+    operator: str, kubectl: Kubectl, namespace: str
+) -> None:
+    apply_example(kubectl, namespace)
+    statefulset = eventually(
+        "the StatefulSet",
+        lambda: get(kubectl, namespace, "statefulset", f"{CLUSTER}-combined"),
+    )
+    template = statefulset["spec"]["template"]
+    # The schema allows it (an integer); the broker would refuse it at start.
+    apply_example(kubectl, namespace, {"config": {"log.retention.ms": -5}})
+
+    def refused() -> dict[str, Any] | None:
+        found = get(kubectl, namespace, "kafkacluster", CLUSTER) or {}
+        ready = condition(found, "Ready")
+        return ready if ready is not None and ready["reason"] == "InvalidSpec" else None
+
+    ready = eventually("an InvalidSpec condition", refused)
+    assert "log.retention.ms" in ready["message"]
+    assert "must be at least -1" in ready["message"]
+    statefulset = get(kubectl, namespace, "statefulset", f"{CLUSTER}-combined")
+    assert statefulset is not None
+    assert statefulset["spec"]["template"] == template
+    events = kubectl(
+        "get",
+        "events",
+        "--field-selector",
+        "reason=InvalidSpec",
+        "-o",
+        "json",
+        namespace=namespace,
+    )
+    assert any("log.retention.ms" in e["message"] for e in json.loads(events)["items"])

@@ -1,0 +1,228 @@
+"""The kopf handlers: thin shells that gather what the planner needs, carry out its plan and
+write the status it computed.
+
+What it owns: when a resource is reconciled (at once when its spec changes, then on a timer
+that repairs drift and moves a rolling restart along), one reconciliation at a time per
+resource, the operator's own metrics, and Kubernetes Events for what it did. What it must
+never do: decide anything the planner decides.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+from kubernetes import client, config
+from prometheus_client import Counter, Gauge, Histogram
+
+from broker.node import new_cluster_id
+
+from . import GROUP, VERSION
+from .kafka import broker_facts
+from .kube import Kube
+from .objects import DEFAULT_IMAGE
+from .planner import Plan, merge_conditions, plan
+
+__all__ = ["Settings"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The operator's settings, from its environment (the chart sets them)."""
+
+    image: str = field(default_factory=lambda: os.environ.get("GREGOR_BROKER_IMAGE", DEFAULT_IMAGE))
+    """The broker image of clusters that name none: the one released with the operator."""
+    cluster_domain: str = field(
+        default_factory=lambda: os.environ.get("GREGOR_CLUSTER_DOMAIN", "cluster.local")
+    )
+    interval_s: float = field(
+        default_factory=lambda: float(os.environ.get("GREGOR_RECONCILE_INTERVAL_S", "10"))
+    )
+    """How often every resource is reconciled again: drift is put back and a rolling restart
+    moves on within this."""
+
+
+SETTINGS = Settings()
+
+# -- the operator's own metrics ---------------------------------------------------------------
+
+RECONCILIATIONS = Counter(
+    "gregor_operator_reconciliations",
+    "Reconciliations, by resource kind and result (ok, error).",
+    ["resource", "result"],
+)
+DURATION = Histogram(
+    "gregor_operator_reconciliation_duration_seconds",
+    "How long reconciliations take, by resource kind.",
+    ["resource"],
+)
+IN_FLIGHT = Gauge(
+    "gregor_operator_reconciliations_in_flight",
+    "Reconciliations running now, by resource kind.",
+    ["resource"],
+)
+_STARTED: dict[tuple[str, str, str], float] = {}
+_STARTED_LOCK = threading.Lock()
+
+
+def _oldest(resource: str) -> float:
+    now = time.monotonic()
+    with _STARTED_LOCK:
+        ages = [now - t for (kind, _, _), t in _STARTED.items() if kind == resource]
+    return max(ages, default=0.0)
+
+
+OLDEST = Gauge(
+    "gregor_operator_oldest_reconciliation_seconds",
+    "How long the oldest reconciliation still running has been running, by resource kind: a "
+    "stuck one shows here before anyone wonders why nothing happens.",
+    ["resource"],
+)
+for _kind in ("kafkacluster", "topic"):
+    OLDEST.labels(_kind).set_function(functools.partial(_oldest, _kind))
+
+_LOCKS: dict[tuple[str, str, str], threading.Lock] = {}
+
+
+@contextmanager
+def _reconciling(kind: str, namespace: str, name: str) -> Iterator[bool]:
+    """One reconciliation of a resource at a time (the timer and a spec change may meet);
+    yields False, doing nothing, when one is already running."""
+    key = (kind, namespace, name)
+    with _STARTED_LOCK:
+        lock = _LOCKS.setdefault(key, threading.Lock())
+    if not lock.acquire(blocking=False):
+        yield False
+        return
+    started = time.monotonic()
+    with _STARTED_LOCK:
+        _STARTED[key] = started
+    IN_FLIGHT.labels(kind).inc()
+    result = "error"
+    try:
+        yield True
+        result = "ok"
+    finally:
+        IN_FLIGHT.labels(kind).dec()
+        with _STARTED_LOCK:
+            _STARTED.pop(key, None)
+        DURATION.labels(kind).observe(time.monotonic() - started)
+        RECONCILIATIONS.labels(kind, result).inc()
+        lock.release()
+
+
+# -- wiring -----------------------------------------------------------------------------------
+
+_KUBE: Kube | None = None
+
+
+def kube() -> Kube:
+    global _KUBE  # noqa: PLW0603 -- one API client per process, made on first use
+    if _KUBE is None:
+        try:
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
+        except config.ConfigException:
+            config.load_kube_config()  # type: ignore[no-untyped-call]
+        _KUBE = Kube(client.ApiClient())
+    return _KUBE
+
+
+@kopf.on.startup()
+def _configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    # The operator posts its own Events, for what it did; not one per log line.
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 300
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# -- KafkaCluster -----------------------------------------------------------------------------
+
+
+def _bootstrap(body: Mapping[str, Any], namespace: str) -> str:
+    listeners = body.get("spec", {}).get("listeners") or [{"port": 9092}]
+    port = listeners[0].get("port", 9092)
+    name = body["metadata"]["name"]
+    return f"{name}-bootstrap.{namespace}.svc.{SETTINGS.cluster_domain}:{port}"
+
+
+def reconcile_cluster(body: kopf.Body) -> Plan | None:
+    """One reconciliation: observe, plan, apply, restart at most one pod, write the status.
+    None when another reconciliation of the same cluster is already running."""
+    metadata = body["metadata"]
+    name, namespace = metadata["name"], metadata["namespace"]
+    with _reconciling("kafkacluster", namespace, name) as running:
+        if not running:
+            return None
+        adapter = kube()
+        status = body.get("status") or {}
+        cluster_id = adapter.cluster_id(namespace, name) or status.get("clusterId")
+        cluster_id = cluster_id or new_cluster_id()
+        observed = adapter.observe(namespace, name)
+        everyone_ready = bool(observed.pods) and all(p.ready for p in observed.pods)
+        facts = broker_facts(_bootstrap(body, namespace)) if everyone_ready else None
+        found = plan(
+            body,
+            namespace=namespace,
+            cluster_id=cluster_id,
+            observed=observed,
+            facts=facts,
+            image=SETTINGS.image,
+            cluster_domain=SETTINGS.cluster_domain,
+        )
+        for document in found.objects:
+            adapter.apply(document)
+        if found.restart is not None:
+            adapter.delete_pod(namespace, found.restart.pod)
+        _write_status(body, "kafkaclusters", found)
+        return found
+
+
+def _write_status(body: kopf.Body, plural: str, found: Plan) -> None:
+    metadata = body["metadata"]
+    current = (body.get("status") or {}).get("conditions") or []
+    generation = metadata.get("generation")
+    known = {(c.get("reason"), c.get("message")) for c in current}
+    for kind, reason, message in found.events:
+        if kind == "Normal" or (reason, message) not in known:  # a refusal is told once
+            kopf.event(body, type=kind, reason=reason, message=message)
+    status = dict(found.status)
+    status["observedGeneration"] = generation
+    status["conditions"] = merge_conditions(
+        current, found.conditions, now=_now(), generation=generation
+    )
+    kube().patch_status(plural, metadata["namespace"], metadata["name"], status)
+
+
+@kopf.on.event(GROUP, VERSION, "kafkaclusters")
+def cluster_changed(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
+    """A new cluster, or a new generation of its spec: reconcile at once (status writes and
+    the operator's own annotations do not count)."""
+    if event.get("type") == "DELETED":
+        return
+    status = body.get("status") or {}
+    if status.get("observedGeneration") != body["metadata"].get("generation"):
+        reconcile_cluster(body)
+
+
+@kopf.timer(GROUP, VERSION, "kafkaclusters", interval=SETTINGS.interval_s, sharp=False)
+def cluster_timer(body: kopf.Body, **_: Any) -> None:
+    reconcile_cluster(body)

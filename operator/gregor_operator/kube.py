@@ -1,0 +1,141 @@
+"""The one adapter that talks to the Kubernetes API.
+
+What it owns: applying objects with server-side apply under one field manager (so the labels
+and annotations other tools set survive, and an edit to a field the operator owns is put
+back), reading what the planner observes (StatefulSets and pods, by the cluster's label),
+the cluster id, and deleting a pod to restart it. What it must never do: decide anything.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+
+from . import GROUP, VERSION
+from .objects import FIELD_MANAGER, Role, cluster_id_secret_name
+from .planner import STUCK_REASONS, Observed, PodState, StatefulSetState
+
+__all__ = ["Kube"]
+
+_ROLES: dict[str, Role] = {"controller": "controller", "broker": "broker", "combined": "combined"}
+
+
+class Kube:
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.apps = client.AppsV1Api(api)
+        self._dynamic: DynamicClient | None = None
+
+    @property
+    def dynamic(self) -> DynamicClient:
+        if self._dynamic is None:  # discovery: once per process
+            self._dynamic = DynamicClient(self.api)  # type: ignore[no-untyped-call]
+        return self._dynamic
+
+    def apply(self, document: Mapping[str, Any]) -> None:
+        """Server-side apply under the operator's field manager, taking over fields another
+        manager set (the operator's spec is the truth for the fields it writes)."""
+        resource = self.dynamic.resources.get(
+            api_version=document["apiVersion"], kind=document["kind"]
+        )
+        self.dynamic.server_side_apply(  # type: ignore[no-untyped-call]
+            resource,
+            body=dict(document),
+            namespace=document["metadata"].get("namespace"),
+            field_manager=FIELD_MANAGER,
+            force_conflicts=True,
+        )
+
+    def cluster_id(self, namespace: str, name: str) -> str | None:
+        """The cluster id in the cluster's Secret, if it has one."""
+        try:
+            secret = self.core.read_namespaced_secret(cluster_id_secret_name(name), namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        encoded = (secret.data or {}).get("cluster.id")
+        return None if encoded is None else base64.b64decode(encoded).decode()
+
+    def observe(self, namespace: str, name: str) -> Observed:
+        selector = f"gregor.dev/cluster={name}"
+        statefulsets: dict[Role, StatefulSetState] = {}
+        found_sets: list[Any] = self.apps.list_namespaced_stateful_set(
+            namespace, label_selector=selector
+        ).items
+        for found in found_sets:
+            role = _ROLES.get((found.metadata.labels or {}).get("gregor.dev/pool", ""))
+            if role is None:
+                continue
+            statefulsets[role] = StatefulSetState(
+                replicas=found.spec.replicas or 0,
+                update_revision=found.status.update_revision if found.status else None,
+                claims=_claims(found.spec.volume_claim_templates),
+            )
+        pods = []
+        found_pods: list[Any] = self.core.list_namespaced_pod(
+            namespace, label_selector=selector
+        ).items
+        for pod in found_pods:
+            role = _ROLES.get((pod.metadata.labels or {}).get("gregor.dev/pool", ""))
+            if role is None or role not in statefulsets:
+                continue
+            ordinal = pod.metadata.name.rsplit("-", 1)[-1]
+            if not ordinal.isdigit():
+                continue
+            pods.append(
+                PodState(
+                    name=pod.metadata.name,
+                    pool=role,
+                    ordinal=int(ordinal),
+                    ready=_ready(pod),
+                    revision=(pod.metadata.labels or {}).get("controller-revision-hash"),
+                    deleting=pod.metadata.deletion_timestamp is not None,
+                    stuck=_stuck(pod),
+                )
+            )
+        return Observed(statefulsets, sorted(pods, key=lambda p: (p.pool, p.ordinal)))
+
+    def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None:
+        """Merge `status` into the resource's status subresource."""
+        client.CustomObjectsApi(self.api).patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, plural, name, {"status": status}
+        )
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        with contextlib.suppress(ApiException):
+            self.core.delete_namespaced_pod(name, namespace)
+
+
+def _claims(templates: list[Any] | None) -> tuple[str, str | None] | None:
+    if not templates:
+        return None
+    spec = templates[0].spec
+    requests = (spec.resources.requests or {}) if spec.resources else {}
+    return str(requests.get("storage", "")), spec.storage_class_name
+
+
+def _ready(pod: Any) -> bool:
+    conditions = (pod.status.conditions if pod.status else None) or []
+    return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+
+def _stuck(pod: Any) -> str | None:
+    status = pod.status
+    if status is None:
+        return None
+    for condition in status.conditions or []:
+        if condition.type == "PodScheduled" and condition.reason == "Unschedulable":
+            return "Unschedulable"
+    for container in status.container_statuses or []:
+        waiting = container.state.waiting if container.state else None
+        if waiting is not None and waiting.reason in STUCK_REASONS:
+            return str(waiting.reason)
+    return None
