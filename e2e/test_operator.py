@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.conftest import Kubectl
+from e2e.conftest import ARTIFACTS, Kubectl
 from tests.support.nodes import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,8 +68,9 @@ def operator(
         except subprocess.TimeoutExpired:
             process.kill()
         log.close()
-        if process.returncode not in (0, -15):
-            print((tmp_path / "operator.log").read_text()[-5000:])
+        kept = ARTIFACTS / namespace
+        kept.mkdir(parents=True, exist_ok=True)
+        (kept / "operator.log").write_text((tmp_path / "operator.log").read_text())
 
 
 def get(kubectl: Kubectl, namespace: str, kind: str, name: str) -> dict[str, Any] | None:
@@ -236,3 +237,41 @@ def test_an_invalid_spec_gets_a_condition_and_changes_nothing(
         namespace=namespace,
     )
     assert any("log.retention.ms" in e["message"] for e in json.loads(events)["items"])
+
+
+def test_topics_wait_for_their_cluster_and_an_invalid_one_says_why(
+    operator: str, kubectl: Kubectl, namespace: str
+) -> None:
+    """Seen from outside the cluster, no KafkaCluster here is ready: each Topic waits with a
+    condition of its own, an invalid one says what is wrong, and neither holds up the other;
+    a Topic whose cluster does not exist is deleted at once (nothing to delete in Kafka)."""
+    topics: list[dict[str, Any]] = [
+        {"metadata": {"name": "orders"}, "spec": {"cluster": CLUSTER, "partitions": 3}},
+        {
+            "metadata": {"name": "bad"},
+            "spec": {"cluster": CLUSTER, "config": {"cleanup.policy": "shred"}},
+        },
+        {"metadata": {"name": "orphan"}, "spec": {"cluster": "nowhere"}},
+    ]
+    for topic in topics:
+        document = {"apiVersion": "gregor.dev/v1alpha1", "kind": "Topic"} | topic
+        kubectl(
+            "apply", "--server-side", "-f", "-", namespace=namespace, stdin=json.dumps(document)
+        )
+
+    def reason(name: str) -> str | None:
+        found = condition(get(kubectl, namespace, "topic", name) or {}, "Ready")
+        return None if found is None else str(found["reason"])
+
+    eventually("orders to wait", lambda: reason("orders") == "ClusterNotFound")
+    eventually("bad to be refused", lambda: reason("bad") == "InvalidSpec")
+    bad = condition(get(kubectl, namespace, "topic", "bad") or {}, "Ready")
+    assert bad is not None
+    assert "cleanup.policy" in bad["message"]
+    apply_example(kubectl, namespace)
+    eventually("orders to wait for its cluster", lambda: reason("orders") == "ClusterNotReady")
+    orphan = get(kubectl, namespace, "topic", "orphan")
+    assert orphan is not None
+    assert "gregor.dev/finalizer" in orphan["metadata"]["finalizers"]
+    kubectl("delete", "topic", "orphan", "--timeout=60s", namespace=namespace)
+    assert get(kubectl, namespace, "topic", "orphan") is None

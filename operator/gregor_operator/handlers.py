@@ -27,10 +27,11 @@ from prometheus_client import Counter, Gauge, Histogram
 from broker.node import new_cluster_id
 
 from . import GROUP, VERSION
-from .kafka import broker_facts
+from .kafka import admin, broker_facts, carry_out, delete_topic, describe_topic
 from .kube import Kube
 from .objects import DEFAULT_IMAGE
 from .planner import Plan, merge_conditions, plan
+from .topics import TopicPlan, plan_topic, topic_name
 
 __all__ = ["Settings"]
 
@@ -196,7 +197,7 @@ def reconcile_cluster(body: kopf.Body) -> Plan | None:
         return found
 
 
-def _write_status(body: kopf.Body, plural: str, found: Plan) -> None:
+def _write_status(body: kopf.Body, plural: str, found: Plan | TopicPlan) -> None:
     metadata = body["metadata"]
     current = (body.get("status") or {}).get("conditions") or []
     generation = metadata.get("generation")
@@ -226,3 +227,77 @@ def cluster_changed(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None
 @kopf.timer(GROUP, VERSION, "kafkaclusters", interval=SETTINGS.interval_s, sharp=False)
 def cluster_timer(body: kopf.Body, **_: Any) -> None:
     reconcile_cluster(body)
+
+
+# -- Topic ------------------------------------------------------------------------------------
+
+
+def _cluster_of(namespace: str, name: str) -> tuple[bool | None, str | None]:
+    """Whether the topic's KafkaCluster exists and is ready (None: no such cluster), and
+    where its brokers answer."""
+    cluster = kube().custom_object(namespace, "kafkaclusters", name)
+    if cluster is None:
+        return None, None
+    status = cluster.get("status") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    listeners = status.get("listeners") or []
+    return ready, listeners[0]["bootstrapServers"] if listeners else None
+
+
+def reconcile_topic(body: kopf.Body) -> TopicPlan | None:
+    metadata = body["metadata"]
+    name, namespace = metadata["name"], metadata["namespace"]
+    with _reconciling("topic", namespace, name) as running:
+        if not running:
+            return None
+        cluster = (body.get("spec") or {}).get("cluster", "")
+        ready, bootstrap = _cluster_of(namespace, cluster)
+        found = None
+        if ready and bootstrap is not None:
+            client = admin(bootstrap)
+            try:
+                found = describe_topic(client, topic_name(body))
+            except Exception as exc:  # the cluster stopped answering: wait, as if not ready
+                log.info("topic %s/%s: describing failed: %s", namespace, name, exc)
+                ready = False
+        planned = plan_topic(body, cluster_ready=ready, found=found)
+        if planned.actions:
+            client = admin(str(bootstrap))
+            for action in planned.actions:
+                carry_out(client, action)
+        _write_status(body, "topics", planned)
+        return planned
+
+
+@kopf.on.event(GROUP, VERSION, "topics")
+def topic_changed(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
+    if event.get("type") == "DELETED" or body["metadata"].get("deletionTimestamp"):
+        return
+    status = body.get("status") or {}
+    if status.get("observedGeneration") != body["metadata"].get("generation"):
+        reconcile_topic(body)
+
+
+@kopf.timer(GROUP, VERSION, "topics", interval=SETTINGS.interval_s * 3, sharp=False)
+def topic_timer(body: kopf.Body, **_: Any) -> None:
+    """Drift made in Kafka is found and put back within this; a topic whose cluster was not
+    ready is tried again."""
+    reconcile_topic(body)
+
+
+@kopf.on.delete(GROUP, VERSION, "topics")
+def topic_deleted(body: kopf.Body, **_: Any) -> None:
+    """`deletionPolicy: delete` deletes the topic in Kafka before the resource goes; with
+    `retain`, or when its cluster is gone, the resource simply goes."""
+    spec = body.get("spec") or {}
+    if spec.get("deletionPolicy", "delete") != "delete":
+        return
+    ready, bootstrap = _cluster_of(body["metadata"]["namespace"], spec.get("cluster", ""))
+    if ready is None:
+        return
+    if not ready or bootstrap is None:
+        raise kopf.TemporaryError("the cluster is not ready to delete the topic", delay=10)
+    delete_topic(admin(bootstrap), topic_name(body))

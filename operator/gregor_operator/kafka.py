@@ -12,11 +12,23 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 
-from .planner import BrokerFacts
+# Re-exported by confluent_kafka.admin without an __all__ the type checker reads.
+from confluent_kafka.admin._config import (
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+)
+from confluent_kafka.admin._resource import ResourceType
+from confluent_kafka.cimpl import NewPartitions, NewTopic
 
-__all__ = ["TIMEOUT_S", "admin", "broker_facts"]
+from .planner import BrokerFacts
+from .topics import Action, AddPartitions, CreateTopic, KafkaTopic, SetConfigs
+
+__all__ = ["TIMEOUT_S", "admin", "broker_facts", "carry_out", "delete_topic", "describe_topic"]
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +42,9 @@ def admin(bootstrap: str) -> AdminClient:
             "bootstrap.servers": bootstrap,
             "socket.timeout.ms": int(TIMEOUT_S * 1000),
             "client.id": "gregor-operator",
-            "log_level": 3,
+            # A cluster that does not answer is reported once per reconciliation by the
+            # caller; librdkafka would say so every 50 ms.
+            "log_level": 2,
         }
     )
 
@@ -59,3 +73,73 @@ def broker_facts(bootstrap: str) -> BrokerFacts | None:
         under_replicated=under,
         active_controller=None,
     )
+
+
+def _result(futures: dict[Any, Any]) -> Any:
+    (future,) = futures.values()
+    return future.result(timeout=TIMEOUT_S * 2)
+
+
+def describe_topic(client: AdminClient, name: str) -> KafkaTopic | None:
+    """The topic as Kafka has it; None if it does not exist."""
+    try:
+        description = _result(
+            client.describe_topics(TopicCollection([name]), request_timeout=TIMEOUT_S)
+        )
+    except KafkaException as exc:
+        if exc.args and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            return None
+        raise
+    entries = _result(
+        client.describe_configs(
+            [ConfigResource(ResourceType.TOPIC, name)], request_timeout=TIMEOUT_S
+        )
+    )
+    partitions = description.partitions
+    return KafkaTopic(
+        topic_id=str(description.topic_id),
+        partitions=len(partitions),
+        replicas=len(partitions[0].replicas) if partitions else 0,
+        configs={
+            entry.name: entry.value
+            for entry in entries.values()
+            if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value and entry.value is not None
+        },
+    )
+
+
+def carry_out(client: AdminClient, action: Action) -> None:
+    """One of the topic planner's actions, through the Admin API; raises what Kafka answers."""
+    if isinstance(action, CreateTopic):
+        new = NewTopic(
+            action.name,
+            num_partitions=action.partitions or -1,
+            replication_factor=action.replicas or -1,
+            config=dict(action.configs),
+        )
+        _result(client.create_topics([new], request_timeout=TIMEOUT_S))
+    elif isinstance(action, AddPartitions):
+        _result(
+            client.create_partitions(
+                [NewPartitions(action.name, action.total)], request_timeout=TIMEOUT_S
+            )
+        )
+    elif isinstance(action, SetConfigs):
+        changes = [
+            ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+            for key, value in action.set.items()
+        ] + [
+            ConfigEntry(key, None, incremental_operation=AlterConfigOpType.DELETE)
+            for key in action.delete
+        ]
+        resource = ConfigResource(ResourceType.TOPIC, action.name, incremental_configs=changes)
+        _result(client.incremental_alter_configs([resource], request_timeout=TIMEOUT_S))
+
+
+def delete_topic(client: AdminClient, name: str) -> None:
+    """Delete the topic; one already gone is fine."""
+    try:
+        _result(client.delete_topics([name], request_timeout=TIMEOUT_S))
+    except KafkaException as exc:
+        if not (exc.args and exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+            raise

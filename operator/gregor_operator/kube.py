@@ -103,6 +103,18 @@ class Kube:
             )
         return Observed(statefulsets, sorted(pods, key=lambda p: (p.pool, p.ordinal)))
 
+    def custom_object(self, namespace: str, plural: str, name: str) -> dict[str, Any] | None:
+        """One of the operator's resources, None if there is none of that name."""
+        try:
+            found: Any = client.CustomObjectsApi(self.api).get_namespaced_custom_object(
+                GROUP, VERSION, namespace, plural, name
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return dict(found)
+
     def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Merge `status` into the resource's status subresource."""
         client.CustomObjectsApi(self.api).patch_namespaced_custom_object_status(
