@@ -13,6 +13,11 @@ Each node's state machine is the list of entries it applied. Now and then a node
 (`take_snapshot`, every `snapshot_every` entries or so), so logs start past 0 and nodes that
 fall behind catch up from a leader's snapshot, fetched in chunks of 1 KiB.
 
+The workload and the state machine are hooks, for a simulation of what the entries carry (the
+controller's, `test_controller_simulation.py`): `propose` is what the leader proposes,
+`applied_to` is told of every entry a node applies, and `snapshot_data` and `restore` write and
+read a snapshot of the whole state machine.
+
 Crashes happen between steps, and also in the middle of carrying out a `Ready`
 (`Faults.crash_within_ready`), where a real driver may die between its writes.
 """
@@ -22,7 +27,9 @@ from __future__ import annotations
 import heapq
 import pickle
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 from broker.raft import ElectionState, Entry, Message, QuorumTimeouts, RaftNode, Role, Snapshot
 
@@ -41,11 +48,6 @@ class Disk:
     """The offset of `entries[0]`: a snapshot's end (entries below it may linger until the
     node's `Ready` says to delete them)."""
     entries: list[Entry] = field(default_factory=list)
-
-
-def _state(snapshot: Snapshot | None) -> list[Entry]:
-    """The state machine a snapshot holds: the entries applied before its end."""
-    return [] if snapshot is None else list(pickle.loads(snapshot.data))
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,7 @@ class Simulation:
             ):
                 disk.start, disk.entries = end, []
             skip = end - disk.start
-        self.applied[node] = _state(disk.snapshot)
+        self.restore(node, disk.snapshot)
         self.nodes[node] = RaftNode(
             node,
             self.voter_ids,
@@ -157,7 +159,7 @@ class Simulation:
                 node.tick(self.now)
                 self.carry_out(node)
             if propose_every_ms is not None and self.now >= next_proposal:
-                self._propose()
+                self.propose()
                 next_proposal = self.now + propose_every_ms
             if faults:
                 self._maybe_fault()
@@ -168,7 +170,8 @@ class Simulation:
             if raft is None:
                 self.start(node)
 
-    def _propose(self) -> None:
+    def propose(self) -> None:
+        """The workload: an opaque entry at the leader of the highest epoch."""
         leader = self.leader()
         if leader is None:
             return
@@ -204,9 +207,9 @@ class Simulation:
                 self.crash(node.id)  # the old log is still on disk: `start` must see to it
                 return
             disk.start, disk.entries = ready.install.id.end_offset, []
-            if len(_state(ready.install)) < len(self.applied[node.id]):
+            if ready.install.id.end_offset < len(self.applied[node.id]):
                 self._fail(f"node {node.id} installs a snapshot older than its state machine")
-            self.applied[node.id] = _state(ready.install)
+            self.restore(node.id, ready.install)
             self.installed += 1
             self._commit(node, ready.install.id.end_offset)
         if ready.truncate_to is not None:
@@ -263,16 +266,30 @@ class Simulation:
             return
         if self.rng.random() < 0.5:
             return
-        data = pickle.dumps(tuple(applied))
-        node.take_snapshot(len(applied), data)
+        node.take_snapshot(len(applied), self.snapshot_data(node.id))
         self.disks[node.id].snapshot = node.snapshot
+
+    def snapshot_data(self, node: int) -> bytes:
+        """The node's state machine as a snapshot holds it: the entries it applied."""
+        return pickle.dumps(tuple(self.applied[node]))
+
+    def restore(self, node: int, snapshot: Snapshot | None) -> None:
+        """Replace the node's state machine with the one `snapshot` holds (None: empty), as
+        a driver loads it on a restart or installs it from the leader."""
+        self.applied[node] = [] if snapshot is None else list(pickle.loads(snapshot.data))
+
+    def applied_to(self, node: int, offset: int, entries: Sequence[Entry]) -> None:
+        """The node has just applied `entries`, from `offset` on; here, nothing more to do."""
 
     def _commit(self, node: RaftNode, high_watermark: int) -> None:
         """Apply the entries below the high watermark to the node's state machine, and check
         that they agree with everything committed anywhere before."""
         committed = self.applied[node.id]
         if high_watermark > len(committed):
-            committed.extend(node.log.read(len(committed), high_watermark - len(committed)))
+            start = len(committed)
+            entries = node.log.read(start, high_watermark - start)
+            committed.extend(entries)
+            self.applied_to(node.id, start, entries)
         shared = min(len(committed), len(self.history))
         if list(committed[:shared]) != self.history[:shared]:
             first = next(i for i in range(shared) if committed[i] != self.history[i])
@@ -311,5 +328,5 @@ class Simulation:
             a, b = self.rng.sample(self.ids, 2)
             self.cut ^= {frozenset((a, b))}
 
-    def _fail(self, what: str) -> None:
+    def _fail(self, what: str) -> NoReturn:
         raise SafetyViolation(f"seed {self.seed}, at {self.now} ms: {what}")
