@@ -33,6 +33,8 @@ from typing import Protocol
 from broker.peer import PeerConnection, PeerUnavailable
 from broker.protocol import ErrorCode, MalformedInput, RequestBody, ResponseBody
 from broker.raft import (
+    BeginQuorumEpoch,
+    BeginQuorumEpochReply,
     Fetch,
     FetchReply,
     FetchSnapshot,
@@ -379,6 +381,8 @@ class QuorumDriver:
             else ErrorCode.request_timed_out
         )
         core = self._core_or_fail()
+        if isinstance(message, BeginQuorumEpoch) and message.epoch < core.epoch:
+            error = ErrorCode.fenced_leader_epoch  # as Kafka answers a leader of an old epoch
         return response_for(
             api_key,
             version,
@@ -554,6 +558,8 @@ class QuorumDriver:
     # -- messages out ------------------------------------------------------------------------
 
     def _send(self, to: int, message: Message) -> None:
+        if isinstance(message, BeginQuorumEpochReply):
+            return  # the response to the BeginQuorumEpoch already carries this node's epoch
         if isinstance(message, (VoteReply, FetchReply, FetchSnapshotReply)):
             # Kafka's responses do not say what they answer: a reply goes only to the request
             # it answers, never to a newer one from the same peer that took its place.

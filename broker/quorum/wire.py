@@ -24,6 +24,7 @@ from broker.protocol import ApiKey, ErrorCode, MalformedInput, ResponseBody, bui
 from broker.protocol.messages import request_module, response_module
 from broker.raft import (
     BeginQuorumEpoch,
+    BeginQuorumEpochReply,
     Diverging,
     EndQuorumEpoch,
     Entry,
@@ -223,8 +224,16 @@ def reply_from_response(  # noqa: PLR0911 - one answer per kind of request
     sent: Message, to: int, response: Any
 ) -> Message | None:
     """The core's reply for the `response` that `to` sent to request `sent`; None when it
-    carries nothing for the core (an error it cannot act on, Begin/EndQuorumEpoch answers)."""
+    carries nothing for the core (an error it cannot act on, an EndQuorumEpoch answer, a
+    BeginQuorumEpoch answer from a voter no further on)."""
     what = type(response).__name__
+    if isinstance(sent, BeginQuorumEpoch):
+        if response.error_code != ErrorCode.none:
+            return None
+        p = _only_partition(response, what)
+        if p.leader_epoch <= sent.epoch:
+            return None
+        return BeginQuorumEpochReply(to, p.leader_epoch, p.leader_id if p.leader_id >= 0 else None)
     if isinstance(sent, Vote):
         if response.error_code != ErrorCode.none:
             return None

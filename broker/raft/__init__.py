@@ -5,6 +5,7 @@ messages and time and carries out its `Ready`."""
 from .log import RaftLog
 from .messages import (
     BeginQuorumEpoch,
+    BeginQuorumEpochReply,
     Diverging,
     EndQuorumEpoch,
     Entry,
@@ -22,6 +23,7 @@ from .node import ElectionState, NotLeader, QuorumTimeouts, RaftNode, Ready, Rol
 
 __all__ = [
     "BeginQuorumEpoch",
+    "BeginQuorumEpochReply",
     "Diverging",
     "ElectionState",
     "EndQuorumEpoch",

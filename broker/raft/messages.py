@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "BeginQuorumEpoch",
+    "BeginQuorumEpochReply",
     "Diverging",
     "EndQuorumEpoch",
     "Entry",
@@ -90,6 +91,17 @@ class BeginQuorumEpoch:
 
     sender: int
     epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class BeginQuorumEpochReply:
+    """A voter's answer to a BeginQuorumEpoch of an older epoch than its own (Kafka's
+    FENCED_LEADER_EPOCH): its epoch, and the leader it knows there. It moves the old leader to
+    that epoch, so an election follows in which the voter takes part again."""
+
+    sender: int
+    epoch: int
+    leader: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +187,7 @@ Message = (
     Vote
     | VoteReply
     | BeginQuorumEpoch
+    | BeginQuorumEpochReply
     | EndQuorumEpoch
     | Fetch
     | FetchReply

@@ -27,7 +27,10 @@ The rules, as Kafka's `KafkaRaftClient` applies them:
 3. A voter grants one vote per epoch, to a candidate whose log is at least as up to date; it
    grants a pre-vote when it has no live leader and the same log condition holds.
 4. A candidate with a majority of votes leads: it appends a control entry in its epoch and
-   tells every voter (BeginQuorumEpoch). Followers and observers pull entries with Fetch.
+   tells every voter (BeginQuorumEpoch), again every half fetch timeout to a voter that has
+   not fetched since: one that went to a higher epoch alone (an election nobody heard)
+   answers with it, which moves the leader there (rule 1) and starts an election it takes
+   part in. Followers and observers pull entries with Fetch.
 5. A fetch whose last entry does not match the leader's log is answered with where they
    diverge; the fetcher truncates there. Only voters' fetches count towards the high
    watermark: the largest offset a majority of voters holds, once it covers the leader's
@@ -53,6 +56,7 @@ from typing import Literal
 from .log import RaftLog
 from .messages import (
     BeginQuorumEpoch,
+    BeginQuorumEpochReply,
     Diverging,
     EndQuorumEpoch,
     Entry,
@@ -208,6 +212,8 @@ class RaftNode:
         self._acknowledged: dict[int, int] = {}
         """Leader: each voter's fetch offset in this epoch (its own: what is on disk)."""
         self._last_fetch: dict[int, int] = {}
+        self._begin_sent: dict[int, int] = {}
+        """Leader: when it last sent each voter BeginQuorumEpoch."""
         self._parked: dict[int, tuple[Fetch, int]] = {}
         """Leader: fetches with nothing to return yet, by fetcher, with their deadlines."""
         self.leader_high_watermark: int | None = None
@@ -327,6 +333,8 @@ class RaftNode:
             self._answer_parked(now_ms, why="deadline")
             if self._quorum_lost(now_ms):
                 self._resign(now_ms)
+                return
+            self._remind_voters(now_ms)
             return
         if role is Role.FOLLOWER:
             if now_ms >= self._leader_deadline:
@@ -365,6 +373,8 @@ class RaftNode:
             self._on_vote_reply(message, now_ms)
         elif isinstance(message, BeginQuorumEpoch):
             self._on_begin(message, now_ms)
+        elif isinstance(message, BeginQuorumEpochReply):
+            pass  # its epoch, if higher, has moved this node on (rule 1)
         elif isinstance(message, EndQuorumEpoch):
             self._on_end(message, now_ms)
         elif isinstance(message, Fetch):
@@ -431,6 +441,7 @@ class RaftNode:
 
     def _on_begin(self, message: BeginQuorumEpoch, now_ms: int) -> None:
         if message.epoch < self.epoch:
+            self._send(message.sender, BeginQuorumEpochReply(self.id, self.epoch, self.leader))
             return
         if self.leader != message.sender or self.role is not Role.FOLLOWER:
             self._follow(message.epoch, message.sender, now_ms)
@@ -690,8 +701,8 @@ class RaftNode:
             self._fetchers = {}
             self._leader_deadline = now_ms
             self._append([Entry(self.epoch, b"", control=True)])
-            for voter in sorted(self.voters - {self.id}):
-                self._send(voter, BeginQuorumEpoch(self.id, self.epoch))
+            self._begin_sent = {}
+            self._remind_voters(now_ms)
             self._update_high_watermark(now_ms)
         elif role is Role.FOLLOWER:
             self._leader_deadline = now_ms + timeouts.fetch_ms
@@ -703,6 +714,21 @@ class RaftNode:
             if not keep_epoch:
                 self._election_deadline = now_ms + self._election_timeout()
             self._fetch_due = now_ms
+
+    def _remind_voters(self, now_ms: int) -> None:
+        """BeginQuorumEpoch to each voter that has not fetched in this epoch for half a fetch
+        timeout, at most that often (rule 4): at once when elected, then as Kafka's leader
+        resends it to voters that have not acknowledged it."""
+        every = self._timeouts.fetch_ms // 2
+        for voter in sorted(self.voters - {self.id}):
+            fetched = self._last_fetch.get(voter)
+            if fetched is not None and now_ms - fetched < every:
+                continue
+            sent = self._begin_sent.get(voter)
+            if sent is not None and now_ms - sent < every:
+                continue
+            self._begin_sent[voter] = now_ms
+            self._send(voter, BeginQuorumEpoch(self.id, self.epoch))
 
     def _unattach(self, epoch: int, now_ms: int) -> None:
         self.election = ElectionState(epoch)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import re
 import signal
 import socket
@@ -257,6 +258,29 @@ def test_a_killed_leader_is_replaced_and_catches_up_when_it_returns(
     wait_for_topics(killed, {"before", "after"})
     assert wait_for_leader(list(quorum)).epoch >= second.epoch
     print(f"new leader elected {elected_in:.2f} s after the SIGKILL")
+
+
+def test_a_voter_restarted_at_a_higher_epoch_than_the_leaders_rejoins(
+    quorum: list[RunningNode],
+) -> None:
+    """A voter that campaigned while nobody heard it comes back at an epoch above the
+    leader's: it refuses the leader's fetches as stale and is refused pre-votes while the
+    leader lives. The leader's repeated BeginQuorumEpoch draws its epoch out (Kafka's
+    FENCED_LEADER_EPOCH answer), an election follows, and the voter takes part again."""
+    first = wait_for_leader(list(quorum))
+    follower = next(n for n in quorum if n.node_id != first.node)
+    follower.kill()
+    (state,) = follower.config.parent.rglob("quorum-state")
+    recorded = json.loads(state.read_text())
+    recorded |= {"leaderEpoch": first.epoch + 1, "votedId": follower.node_id, "leaderId": -1}
+    state.write_text(json.dumps(recorded))
+    create_topic(quorum[first.node - 1], "while-away")
+    follower.restart()
+    wait_listening(follower, timeout=30)
+    leader = wait_for_leader(list(quorum), timeout=20)
+    assert leader.epoch > first.epoch + 1
+    create_topic(quorum[leader.node - 1], "after")
+    wait_for_topics(follower, {"while-away", "after"})
 
 
 def test_a_stopped_leader_hands_over_at_once(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from broker.quorum.wire import (
 )
 from broker.raft import (
     BeginQuorumEpoch,
+    BeginQuorumEpochReply,
     Diverging,
     EndQuorumEpoch,
     Entry,
@@ -132,6 +133,26 @@ def test_a_request_the_core_did_not_answer_in_time_carries_nothing_for_it() -> N
     frame = encode_response(RequestHeader(api_key, version, 7, "x"), body)
     _, decoded = decode_response(api_key, version, frame[4:])
     assert reply_from_response(sent, 2, decoded) is None
+
+
+@pytest.mark.parametrize(
+    ("voter_epoch", "error", "expected"),
+    [
+        (7, ErrorCode.fenced_leader_epoch, BeginQuorumEpochReply(2, 7, None)),
+        (5, ErrorCode.none, None),
+    ],
+)
+def test_a_voter_further_on_answers_begin_quorum_epoch_with_its_epoch(
+    voter_epoch: int, error: ErrorCode, expected: Message | None
+) -> None:
+    """What draws a voter that went to a higher epoch alone back into the quorum: the old
+    leader learns its epoch from the response; a voter in the same epoch says nothing new."""
+    sent = BeginQuorumEpoch(1, 5)
+    api_key, version, _ = _over_the_wire(sent, to=2)
+    body = response_for(api_key, version, None, epoch=voter_epoch, leader=None, error=error)
+    frame = encode_response(RequestHeader(api_key, version, 7, "x"), body)
+    _, decoded = decode_response(api_key, version, frame[4:])
+    assert reply_from_response(sent, 2, decoded) == expected
 
 
 def test_a_request_for_another_topic_is_malformed() -> None:
