@@ -243,6 +243,9 @@ class BrokerConfig:
     campaigns."""
     controller_quorum_election_backoff_max_ms: int = 1000
     controller_quorum_request_timeout_ms: int = 2000
+    controller_quorum_retry_backoff_ms: int = 20
+    """`controller.quorum.retry.backoff.ms`: after a quorum request fails without an answer
+    (the peer refused the connection, or it broke), how long before the next one."""
     metadata_log_max_record_bytes_between_snapshots: int = 20_971_520
     """`metadata.log.max.record.bytes.between.snapshots`: records applied since the last
     snapshot before the next is written (and the log below it deleted)."""
@@ -518,6 +521,7 @@ _BROKER: dict[str, tuple[str, Callable[[str, str], Any]]] = {
         _int(1),
     ),
     "controller.quorum.request.timeout.ms": ("controller_quorum_request_timeout_ms", _int(1)),
+    "controller.quorum.retry.backoff.ms": ("controller_quorum_retry_backoff_ms", _int(0)),
     "metadata.log.max.record.bytes.between.snapshots": (
         "metadata_log_max_record_bytes_between_snapshots",
         _int(1),

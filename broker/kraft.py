@@ -109,6 +109,7 @@ class MetadataService:
                 fetch_ms=config.controller_quorum_fetch_timeout_ms,
                 election_backoff_max_ms=config.controller_quorum_election_backoff_max_ms,
                 request_ms=config.controller_quorum_request_timeout_ms,
+                retry_backoff_ms=config.controller_quorum_retry_backoff_ms,
             ),
             snapshot_bytes=config.metadata_log_max_record_bytes_between_snapshots,
             endpoint=controller_endpoint,

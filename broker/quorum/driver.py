@@ -591,6 +591,8 @@ class QuorumDriver:
             response = await peer.request(api_key, version, body, timeout_s=wait_s)
         except (PeerUnavailable, TimeoutError) as exc:
             log.debug("%s to %s: %s", type(message).__name__, peer, exc)
+            node = peer.node_id
+            self._submit(lambda now: self._core_or_fail().unreachable(node, now))
             return
         try:
             reply = reply_from_response(message, peer.node_id, response)

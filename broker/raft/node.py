@@ -8,6 +8,9 @@ Like etcd's raft, it is driven from outside:
   disk, delete what a snapshot holds, send the messages, then apply the entries below the high
   watermark;
 - `advance()` says the disk has it, which may commit more;
+- `unreachable(peer, now_ms)` says a request to `peer` failed without an answer (the
+  connection was refused or broke), as etcd's `ReportUnreachable`: a fetch is then retried
+  after `retry_backoff_ms` rather than after the request timeout;
 - `take_snapshot(end_offset, data)` says the state machine has written a snapshot of the
   entries below `end_offset`: the log then starts there (KIP-630). When to take one is the
   driver's policy (`metadata.log.max.record.bytes.between.snapshots`).
@@ -108,6 +111,9 @@ class QuorumTimeouts:
     """`election.backoff.max.ms`: the longest wait before retrying a failed election."""
     request_ms: int = 2000
     """`request.timeout.ms`: a fetch unanswered for this long is sent again."""
+    retry_backoff_ms: int = 20
+    """`retry.backoff.ms`: after a fetch that failed without an answer (`unreachable`), how
+    long before the next."""
     fetch_wait_ms: int = 500
     """How long a leader holds a fetch it has nothing new for (Kafka's raft fetch max wait)."""
     fetch_max_entries: int = 512
@@ -208,6 +214,7 @@ class RaftNode:
         pre-votes for a leader that is gone)."""
         self._fetch_due = 0
         self._fetch_sent_at: int | None = None
+        self._fetch_target: int | None = None  # where the fetch in flight went
         self._epoch_start = 0
         self._acknowledged: dict[int, int] = {}
         """Leader: each voter's fetch offset in this epoch (its own: what is on disk)."""
@@ -324,6 +331,20 @@ class RaftNode:
         """Step down gracefully (a controlled shutdown): tell the voters to elect another."""
         if self.role is Role.LEADER:
             self._resign(now_ms)
+
+    def unreachable(self, peer: int, now_ms: int) -> None:
+        """A request to `peer` failed without an answer. A fetch to it is given up, and the
+        next goes out after the retry backoff: a voter retries its leader until the fetch
+        timeout (Kafka's rule); an observer asks the voters again at once, so it finds a new
+        leader soon after the election instead of a timeout per dead node it tries."""
+        if self._fetch_sent_at is None or self._fetch_target != peer:
+            return
+        if not self.is_voter and self.role is Role.FOLLOWER and peer == self.leader:
+            # An observer's leader is gone, or a voter that had not noticed named it: ask
+            # the voters who leads now instead of waiting out the fetch timeout.
+            self._follow_nobody(now_ms)
+        self._fetch_sent_at = None
+        self._fetch_due = now_ms + self._timeouts.retry_backoff_ms
 
     # -- time -------------------------------------------------------------------------------
 
@@ -589,7 +610,14 @@ class RaftNode:
     def _from_leader(self, reply: FetchReply | FetchSnapshotReply, now_ms: int) -> bool:
         """Whether `reply` is an answer from the leader this node follows to carry on with; a
         refusal, or one from elsewhere, may make it follow the leader it names instead."""
-        if self.role not in (Role.FOLLOWER, Role.UNATTACHED) or reply.epoch < self.epoch:
+        if self.role not in (Role.FOLLOWER, Role.UNATTACHED):
+            return False
+        if reply.epoch < self.epoch:
+            if reply.sender == self._fetch_target and self._fetch_sent_at is not None:
+                # An answer from a voter behind this node (it learnt the new epoch from
+                # another): nothing to follow there, so ask again soon, not after a timeout.
+                self._fetch_sent_at = None
+                self._fetch_due = now_ms + self._timeouts.retry_backoff_ms
             return False
         if reply.rejected:
             self._fetch_sent_at = None
@@ -802,7 +830,7 @@ class RaftNode:
         if target is not None and fetching is not None:
             snapshot_id, received = fetching
             self._send(target, FetchSnapshot(self.id, self.epoch, snapshot_id, len(received)))
-            self._fetch_sent_at = now_ms
+            self._fetch_sent_at, self._fetch_target = now_ms, target
             return
         if target is None:
             candidates = sorted(self.voters - {self.id})
@@ -811,7 +839,7 @@ class RaftNode:
             target = self._rng.choice(candidates)
         last_epoch = self.log.last_epoch
         self._send(target, Fetch(self.id, self.epoch, self.log.end_offset, last_epoch))
-        self._fetch_sent_at = now_ms
+        self._fetch_sent_at, self._fetch_target = now_ms, target
 
     def _update_high_watermark(self, now_ms: int) -> None:
         offsets = sorted((self._acknowledged.get(voter, 0) for voter in self.voters), reverse=True)

@@ -31,7 +31,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NoReturn
 
-from broker.raft import ElectionState, Entry, Message, QuorumTimeouts, RaftNode, Role, Snapshot
+from broker.raft import (
+    ElectionState,
+    Entry,
+    Fetch,
+    FetchSnapshot,
+    Message,
+    QuorumTimeouts,
+    RaftNode,
+    Role,
+    Snapshot,
+)
 
 TICK_MS = 10
 
@@ -48,6 +58,14 @@ class Disk:
     """The offset of `entries[0]`: a snapshot's end (entries below it may linger until the
     node's `Ready` says to delete them)."""
     entries: list[Entry] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The driver's news that a request to `peer` failed without an answer (a crashed
+    process refuses connections; a cut link is silence, found by the request timeout)."""
+
+    peer: int
 
 
 @dataclass(frozen=True)
@@ -97,7 +115,7 @@ class Simulation:
         self.disks = {node: Disk() for node in self.ids}
         self.nodes: dict[int, RaftNode | None] = {}
         self.cut: set[frozenset[int]] = set()
-        self.queue: list[tuple[int, int, int, Message]] = []
+        self.queue: list[tuple[int, int, int, Message | Refused]] = []
         self._sequence = 0
         self.history: list[Entry] = []
         """The committed entries, as far as any node has committed."""
@@ -184,6 +202,15 @@ class Simulation:
             _, _, to, message = heapq.heappop(self.queue)
             node = self.nodes.get(to)
             if node is None:
+                if isinstance(message, (Fetch, FetchSnapshot)):
+                    # A crashed process refuses the connection: the sender learns at once.
+                    self._sequence += 1
+                    refused = (self.now + 1, self._sequence, message.sender, Refused(to))
+                    heapq.heappush(self.queue, refused)
+                continue
+            if isinstance(message, Refused):
+                node.unreachable(message.peer, self.now)
+                self.carry_out(node)
                 continue
             node.step(message, self.now)
             self.carry_out(node)

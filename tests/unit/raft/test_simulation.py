@@ -92,3 +92,29 @@ def test_a_voter_that_went_to_a_higher_epoch_alone_rejoins_the_quorum() -> None:
     assert rejoined is not None
     assert rejoined.high_watermark == leader.high_watermark
     assert len(sim.applied[follower]) == leader.high_watermark
+
+
+@pytest.mark.parametrize("seed", range(20), ids=lambda seed: f"seed={seed}")
+def test_an_observer_finds_a_new_leader_soon_after_it_is_elected(seed: int) -> None:
+    """A broker (an observer) whose leader died asks the voters, picking at random; a dead
+    voter refuses the connection, and the driver says so (`unreachable`), so the next try
+    goes out after the retry backoff, not after a request timeout per dead voter picked."""
+    sim = Simulation(seed, voters=3, observers=1, faults=QUIET, snapshot_every=None)
+    sim.run(3_000)
+    old = sim.leader()
+    assert old is not None
+    observer = sim.nodes[sim.ids[-1]]
+    assert observer is not None
+    assert observer.leader == old.id
+    sim.crash(old.id)
+    elected_at = None
+    while sim.now < 20_000:
+        sim.run(10)
+        new = sim.leader()
+        if new is None or new.epoch == old.epoch:
+            continue
+        elected_at = elected_at or sim.now
+        if (observer.leader, observer.epoch) == (new.id, new.epoch):
+            break
+    assert elected_at is not None, "no new leader"
+    assert sim.now - elected_at <= 600, f"the observer followed {sim.now - elected_at} ms late"
