@@ -17,6 +17,13 @@ from pathlib import Path
 __all__ = ["ProcessError", "log_tail", "running", "start", "stop", "wait_for"]
 
 
+_STARTED: list[subprocess.Popen[bytes]] = []
+"""The processes this one started, kept: a Popen dropped while its process runs warns
+("subprocess … is still running"), which the e2e tests, bringing the cluster up inside
+pytest with warnings as errors, reported as an error of their first test. They are meant
+to outlive this process."""
+
+
 class ProcessError(RuntimeError):
     """A cluster process failed to start or to become ready; the message quotes its log."""
 
@@ -37,6 +44,7 @@ def start(name: str, argv: Sequence[str | Path], *, logs: Path, pids: Path) -> i
             start_new_session=True,
         )
     (pids / f"{name}.pid").write_text(f"{process.pid}\n")
+    _STARTED.append(process)
     return process.pid
 
 
