@@ -219,10 +219,11 @@ def measure(
 # -- the report ------------------------------------------------------------------------------
 
 
-def ratio(gregor: float | None, kafka: float | None) -> str:
+def ratio(gregor: float | None, kafka: float | None, places: int = 2) -> str:
+    """Gregor's figure over Kafka's, as the benchmarks print it; `n/a` without both."""
     if gregor is None or kafka is None or kafka == 0:
         return "n/a"
-    return f"{gregor / kafka:.2f}"
+    return f"{gregor / kafka:.{places}f}"
 
 
 @dataclass(frozen=True, slots=True)

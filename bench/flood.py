@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.broker import ratio
 from bench.cpu import CpuMeter
 from tests.integration.clients import create_topic
 from tests.support.brokers import BROKERS, BrokerKind, RunningBroker, run_broker
@@ -154,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ours, theirs = figures[name].get("gregor"), figures[name].get("kafka")
         print(f"{name}={'n/a' if ours is None else f'{ours:.2f}'}")
         # Four places: Gregor's p99 under a flood is hundreds of times below Kafka's.
-        print(f"{ratio_name}={'n/a' if ours is None or not theirs else f'{ours / theirs:.4f}'}")
+        print(f"{ratio_name}={ratio(ours, theirs, places=4)}")
     return 0
 
 

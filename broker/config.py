@@ -16,7 +16,14 @@ from typing import Any
 
 from broker.storage.config import InvalidConfig, LogConfig
 
-__all__ = ["SECURITY_PROTOCOL_IDS", "BrokerConfig", "InvalidConfig", "Listener", "parse_properties"]
+__all__ = [
+    "SECURITY_PROTOCOL_IDS",
+    "BrokerConfig",
+    "InvalidConfig",
+    "Listener",
+    "kafka_text",
+    "parse_properties",
+]
 
 SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 """The security protocols a listener may use, with Kafka's `SecurityProtocol` ids."""
@@ -279,7 +286,7 @@ class BrokerConfig:
         for key, (attribute, _) in _BROKER.items():
             if key in _NOT_KAFKA:
                 continue
-            values[key] = _kafka_string(getattr(self, attribute))
+            values[key] = kafka_text(getattr(self, attribute))
         values["controller.quorum.voters"] = ",".join(
             f"{node}@{host}:{port}" for node, (host, port) in self.controller_quorum_voters.items()
         )
@@ -424,7 +431,9 @@ class BrokerConfig:
             )
 
 
-def _kafka_string(value: object) -> str | None:
+def kafka_text(value: object) -> str | None:
+    """A property's value as Kafka's properties text writes it: `true`, not `True`; lists
+    comma-separated; None stays None."""
     if value is None:
         return None
     if isinstance(value, bool):

@@ -69,47 +69,53 @@ def test_the_examples_are_accepted_and_a_second_apply_changes_nothing(
         assert column in listed, listed
 
 
+CLUSTER, TOPIC = "kafkacluster.yaml", "topic.yaml"
+
+
 @pytest.mark.parametrize(
-    ("change", "message"),
+    ("example_name", "change", "message"),
     [
-        ({"config": {"node.id": 7}}, ".spec.config.node.id: field not declared in schema"),
+        (CLUSTER, {"config": {"node.id": 7}}, ".spec.config.node.id: field not declared in schema"),
         (
+            CLUSTER,
             {"config": {"log.retention.hour": 1, "num.partitions": 3}},
             ".spec.config.log.retention.hour: field not declared in schema",
         ),
         (
+            CLUSTER,
             {"config": {"auto.create.topics.enable": "no"}},
             ".spec.config.auto.create.topics.enable: expected boolean",
         ),
-        ({"combined": {"replicas": 1}}, "give either combined, or controllers and brokers"),
-        ({"listeners": [{"name": "plain", "port": 9091}]}, "operator's own"),
-        ({"brokers": {"replicas": 0}}, "should be greater than or equal to 1"),
-        ({"brokers": {"replicas": 3, "storage": {"size": "lots"}}}, "should match"),
-    ],
-)
-def test_an_invalid_cluster_is_refused_at_admission_with_a_message_naming_the_problem(
-    crds: None, kubectl: Kubectl, namespace: str, change: dict[str, Any], message: str
-) -> None:
-    document = example("kafkacluster.yaml")
-    document["spec"] |= change
-    assert message in refused(kubectl, namespace, document)
-
-
-@pytest.mark.parametrize(
-    ("change", "message"),
-    [
-        ({"config": {"min.insync.replicas": 3}}, "min.insync.replicas must be below replicas"),
         (
+            CLUSTER,
+            {"combined": {"replicas": 1}},
+            "give either combined, or controllers and brokers",
+        ),
+        (CLUSTER, {"listeners": [{"name": "plain", "port": 9091}]}, "operator's own"),
+        (CLUSTER, {"brokers": {"replicas": 0}}, "should be greater than or equal to 1"),
+        (CLUSTER, {"brokers": {"replicas": 3, "storage": {"size": "lots"}}}, "should match"),
+        (
+            TOPIC,
+            {"config": {"min.insync.replicas": 3}},
+            "min.insync.replicas must be below replicas",
+        ),
+        (
+            TOPIC,
             {"config": {"retention.hours": 1}},
             ".spec.config.retention.hours: field not declared in schema",
         ),
-        ({"topicName": "has spaces"}, "should match"),
+        (TOPIC, {"topicName": "has spaces"}, "should match"),
     ],
 )
-def test_an_invalid_topic_is_refused_at_admission_with_a_message_naming_the_problem(
-    crds: None, kubectl: Kubectl, namespace: str, change: dict[str, Any], message: str
+@pytest.mark.usefixtures("crds")
+def test_an_invalid_resource_is_refused_at_admission_with_a_message_naming_the_problem(
+    kubectl: Kubectl,
+    namespace: str,
+    example_name: str,
+    change: dict[str, Any],
+    message: str,
 ) -> None:
-    document = example("topic.yaml")
+    document = example(example_name)
     document["spec"] |= change
     assert message in refused(kubectl, namespace, document)
 

@@ -67,15 +67,14 @@ class Resource:
         return f"{GROUP}_{self.plural}.yaml"
 
 
-def _ready_columns() -> tuple[dict[str, Any], ...]:
-    ready = '.status.conditions[?(@.type=="Ready")]'
-    return (
-        {"name": "Ready", "type": "string", "jsonPath": f"{ready}.status"},
-        {"name": "Reason", "type": "string", "jsonPath": f"{ready}.reason"},
-    )
+def _column(name: str, path: str, kind: str = "string") -> dict[str, Any]:
+    """A printer column of `kubectl get`."""
+    return {"name": name, "type": kind, "jsonPath": path}
 
 
-_AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+_READY = '.status.conditions[?(@.type=="Ready")]'
+_READY_COLUMNS = (_column("Ready", f"{_READY}.status"), _column("Reason", f"{_READY}.reason"))
+_AGE = _column("Age", ".metadata.creationTimestamp", "date")
 
 RESOURCES = (
     Resource(
@@ -85,13 +84,9 @@ RESOURCES = (
         "kafkaclusters",
         "kc",
         (
-            *_ready_columns(),
-            {"name": "Nodes", "type": "string", "jsonPath": ".status.readyNodes"},
-            {
-                "name": "Bootstrap",
-                "type": "string",
-                "jsonPath": ".status.listeners[0].bootstrapServers",
-            },
+            *_READY_COLUMNS,
+            _column("Nodes", ".status.readyNodes"),
+            _column("Bootstrap", ".status.listeners[0].bootstrapServers"),
             _AGE,
         ),
     ),
@@ -102,11 +97,11 @@ RESOURCES = (
         "topics",
         "kt",
         (
-            {"name": "Cluster", "type": "string", "jsonPath": ".spec.cluster"},
-            {"name": "Topic", "type": "string", "jsonPath": ".status.topicName"},
-            {"name": "Partitions", "type": "integer", "jsonPath": ".status.partitions"},
-            {"name": "Replicas", "type": "integer", "jsonPath": ".status.replicas"},
-            *_ready_columns(),
+            _column("Cluster", ".spec.cluster"),
+            _column("Topic", ".status.topicName"),
+            _column("Partitions", ".status.partitions", "integer"),
+            _column("Replicas", ".status.replicas", "integer"),
+            *_READY_COLUMNS,
             _AGE,
         ),
         (
@@ -123,9 +118,9 @@ RESOURCES = (
         "users",
         "ku",
         (
-            {"name": "Cluster", "type": "string", "jsonPath": ".spec.cluster"},
-            {"name": "Authentication", "type": "string", "jsonPath": ".spec.authentication.type"},
-            *_ready_columns(),
+            _column("Cluster", ".spec.cluster"),
+            _column("Authentication", ".spec.authentication.type"),
+            *_READY_COLUMNS,
             _AGE,
         ),
     ),

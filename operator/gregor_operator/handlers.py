@@ -29,7 +29,7 @@ from broker.node import new_cluster_id
 from . import GROUP, VERSION
 from .kafka import admin, broker_facts, carry_out, delete_topic, describe_topic
 from .kube import Kube
-from .objects import DEFAULT_IMAGE
+from .objects import DEFAULT_IMAGE, bootstrap_address
 from .planner import Plan, merge_conditions, plan
 from .topics import TopicPlan, plan_topic, topic_name
 
@@ -159,10 +159,11 @@ def _now() -> str:
 
 
 def _bootstrap(body: Mapping[str, Any], namespace: str) -> str:
+    """Where the cluster's first listener answers, read from the resource as it is (its
+    spec is checked only later, by the planner)."""
     listeners = body.get("spec", {}).get("listeners") or [{"port": 9092}]
-    port = listeners[0].get("port", 9092)
-    name = body["metadata"]["name"]
-    return f"{name}-bootstrap.{namespace}.svc.{SETTINGS.cluster_domain}:{port}"
+    port = int(listeners[0].get("port", 9092))
+    return bootstrap_address(body["metadata"]["name"], namespace, SETTINGS.cluster_domain, port)
 
 
 def reconcile_cluster(body: kopf.Body) -> Plan | None:
@@ -256,18 +257,17 @@ def reconcile_topic(body: kopf.Body) -> TopicPlan | None:
         cluster = (body.get("spec") or {}).get("cluster", "")
         ready, bootstrap = _cluster_of(namespace, cluster)
         found = None
-        if ready and bootstrap is not None:
-            client = admin(bootstrap)
+        client = admin(bootstrap) if ready and bootstrap is not None else None
+        if client is not None:
             try:
                 found = describe_topic(client, topic_name(body))
             except Exception as exc:  # the cluster stopped answering: wait, as if not ready
                 log.info("topic %s/%s: describing failed: %s", namespace, name, exc)
                 ready = False
         planned = plan_topic(body, cluster_ready=ready, found=found)
-        if planned.actions:
-            client = admin(str(bootstrap))
-            for action in planned.actions:
-                carry_out(client, action)
+        for action in planned.actions:
+            assert client is not None  # actions come only for a cluster that answered
+            carry_out(client, action)
         _write_status(body, "topics", planned)
         return planned
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
+from broker.config import kafka_text
 from broker.metadata.broker_config_table import BROKER_CONFIGS
 from broker.metadata.configs import TOPIC_CONFIGS, ConfigType, validate_topic_configs
 from broker.storage.config import InvalidConfig
@@ -74,11 +75,8 @@ class _Config(BaseModel):
 
 
 def kafka_properties(values: Mapping[str, Any]) -> dict[str, str]:
-    """Values as Kafka's properties text writes them (`true`, not `True`)."""
-    return {
-        name: ("true" if value else "false") if isinstance(value, bool) else str(value)
-        for name, value in values.items()
-    }
+    """The properties set, as Kafka's properties text writes them (`true`, not `True`)."""
+    return {name: text for name, value in values.items() if (text := kafka_text(value)) is not None}
 
 
 def _field_name(name: str) -> str:

@@ -9,7 +9,6 @@ the cluster id, and deleting a pod to restart it. What it must never do: decide 
 from __future__ import annotations
 
 import base64
-import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from . import GROUP, VERSION
-from .objects import FIELD_MANAGER, Role, cluster_id_secret_name
+from .objects import FIELD_MANAGER, Claims, Role, cluster_id_secret_name
 from .planner import STUCK_REASONS, Observed, PodState, StatefulSetState
 
 __all__ = ["Kube"]
@@ -122,11 +121,15 @@ class Kube:
         )
 
     def delete_pod(self, namespace: str, name: str) -> None:
-        with contextlib.suppress(ApiException):
+        """Restart a pod (its StatefulSet makes it again); one already gone is fine."""
+        try:
             self.core.delete_namespaced_pod(name, namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
 
 
-def _claims(templates: list[Any] | None) -> tuple[str, str | None] | None:
+def _claims(templates: list[Any] | None) -> Claims:
     if not templates:
         return None
     spec = templates[0].spec

@@ -20,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    ValidationError,
     WithJsonSchema,
     model_validator,
 )
@@ -35,13 +36,25 @@ __all__ = [
     "KafkaClusterStatus",
     "Listener",
     "NodePool",
+    "Storage",
     "Topic",
     "TopicSpec",
     "TopicStatus",
     "User",
     "UserSpec",
     "UserStatus",
+    "problems",
 ]
+
+
+def problems(exc: ValidationError) -> str:
+    """What is wrong with a resource, for a condition's message: each problem with the
+    field it is in (`spec.brokers.replicas: Input should be greater than or equal to 1`)."""
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"])
+        parts.append(f"{where}: {error['msg']}" if where else error["msg"])
+    return "; ".join(parts)
 
 
 class Model(BaseModel):
@@ -93,6 +106,20 @@ Conditions = Annotated[
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]}
     ),
 ]
+
+
+class Status(Model):
+    """What every resource's status opens with, as Kubernetes API conventions have it."""
+
+    observed_generation: int | None = None
+    conditions: Conditions | None = None
+
+
+class CustomResource(Model):
+    """A resource's envelope; each kind adds its `kind`, `spec` and `status`."""
+
+    api_version: Literal["gregor.dev/v1alpha1"] = "gregor.dev/v1alpha1"
+    metadata: dict[str, Any] = Field(default_factory=dict)
 
 
 # -- KafkaCluster ----------------------------------------------------------------------------
@@ -277,9 +304,7 @@ class NodeStatus(Model):
     """As the controller sees the broker: `Unfenced`, `Fenced`, `ControlledShutdown`."""
 
 
-class KafkaClusterStatus(Model):
-    observed_generation: int | None = None
-    conditions: Conditions | None = None
+class KafkaClusterStatus(Status):
     cluster_id: str | None = None
     listeners: list[ListenerStatus] | None = None
     nodes: list[NodeStatus] | None = None
@@ -287,13 +312,11 @@ class KafkaClusterStatus(Model):
     """`ready/desired`, for `kubectl get kc`."""
 
 
-class KafkaCluster(Model):
+class KafkaCluster(CustomResource):
     """A Gregor cluster: KRaft controllers and brokers (or combined nodes), their listeners,
     storage and configuration."""
 
-    api_version: Literal["gregor.dev/v1alpha1"] = "gregor.dev/v1alpha1"
     kind: Literal["KafkaCluster"] = "KafkaCluster"
-    metadata: dict[str, Any] = Field(default_factory=dict)
     spec: KafkaClusterSpec
     status: KafkaClusterStatus | None = None
 
@@ -365,9 +388,7 @@ class TopicSpec(Model):
         return self
 
 
-class TopicStatus(Model):
-    observed_generation: int | None = None
-    conditions: Conditions | None = None
+class TopicStatus(Status):
     topic_name: str | None = None
     topic_id: str | None = None
     partitions: int | None = None
@@ -376,12 +397,10 @@ class TopicStatus(Model):
     """The topic's configs that differ from the broker's defaults, as Kafka reports them."""
 
 
-class Topic(Model):
+class Topic(CustomResource):
     """A Kafka topic in a Gregor cluster, with its partitions, replicas and configs."""
 
-    api_version: Literal["gregor.dev/v1alpha1"] = "gregor.dev/v1alpha1"
     kind: Literal["Topic"] = "Topic"
-    metadata: dict[str, Any] = Field(default_factory=dict)
     spec: TopicSpec
     status: TopicStatus | None = None
 
@@ -446,19 +465,15 @@ class UserSpec(Model):
     quotas: Quotas | None = None
 
 
-class UserStatus(Model):
-    observed_generation: int | None = None
-    conditions: Conditions | None = None
+class UserStatus(Status):
     username: str | None = None
     secret: str | None = None
     """The Secret that holds the user's credentials."""
 
 
-class User(Model):
+class User(CustomResource):
     """A Kafka user of a Gregor cluster: its credentials, ACLs and quotas."""
 
-    api_version: Literal["gregor.dev/v1alpha1"] = "gregor.dev/v1alpha1"
     kind: Literal["User"] = "User"
-    metadata: dict[str, Any] = Field(default_factory=dict)
     spec: UserSpec
     status: UserStatus | None = None

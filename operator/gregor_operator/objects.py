@@ -22,15 +22,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .models import KafkaCluster, KafkaClusterSpec, Listener, NodePool
+from .models import KafkaCluster, KafkaClusterSpec, Listener, NodePool, Storage
 
 __all__ = [
     "CONTROLLER_PORT",
     "METRICS_PORT",
     "REPLICATION_PORT",
+    "Claims",
     "Pool",
     "Target",
+    "bootstrap_address",
     "bootstrap_servers",
+    "claims_of",
     "desired_objects",
     "pools",
     "server_properties",
@@ -46,6 +49,14 @@ CONFIG_DIR = "/etc/gregor"
 FIELD_MANAGER = "gregor-operator"
 CONFIG_HASH = "gregor.dev/config-hash"
 DEFAULT_IMAGE = "gregor-broker:dev"
+
+Claims = tuple[str, str | None] | None
+"""A pool's data volume: the (size, storage class) of each pod's claim; None: an emptyDir."""
+
+
+def claims_of(storage: Storage) -> Claims:
+    return None if storage.type == "ephemeral" else (storage.size, storage.storage_class)
+
 
 CONTROLLER_ID_BASE = 1000
 """Controllers' node ids are 1000 + ordinal, brokers' and combined nodes' their ordinal: a
@@ -119,6 +130,12 @@ def headless_name(target: Target) -> str:
 
 def bootstrap_name(target: Target) -> str:
     return f"{target.name}-bootstrap"
+
+
+def bootstrap_address(cluster: str, namespace: str, cluster_domain: str, port: int) -> str:
+    """`host:port` where a client in the Kubernetes cluster bootstraps from the listener on
+    `port` of the cluster named `cluster`."""
+    return f"{cluster}-bootstrap.{namespace}.svc.{cluster_domain}:{port}"
 
 
 def cluster_id_secret_name(cluster: str) -> str:
@@ -309,8 +326,7 @@ def bootstrap_service(target: Target, spec: KafkaClusterSpec) -> dict[str, Any]:
 
 
 def bootstrap_servers(target: Target, listener: Listener) -> str:
-    host = f"{bootstrap_name(target)}.{target.namespace}.svc.{target.cluster_domain}"
-    return f"{host}:{listener.port}"
+    return bootstrap_address(target.name, target.namespace, target.cluster_domain, listener.port)
 
 
 def cluster_id_secret(target: Target) -> dict[str, Any]:
@@ -396,10 +412,10 @@ def _container(target: Target, spec: KafkaClusterSpec, pool: Pool) -> dict[str, 
 
 
 def statefulset(
-    target: Target, spec: KafkaClusterSpec, pool: Pool, replicas: int
+    target: Target, spec: KafkaClusterSpec, pool: Pool, replicas: int, claims: Claims
 ) -> dict[str, Any]:
-    """The pool's nodes. `replicas` is what the planner allows (a scale-down it refuses
-    keeps the current count)."""
+    """The pool's nodes. `replicas` and `claims` are what the planner allows (a scale-down
+    or a storage change it refuses keeps the current ones)."""
     template = spec.template
     labels = pool_labels(target, pool) | dict((template.labels if template else None) or {})
     annotations = dict((template.annotations if template else None) or {})
@@ -431,7 +447,6 @@ def statefulset(
             pod_spec["priorityClassName"] = template.priority_class_name
         if template.security_context is not None:
             pod_spec["securityContext"] = template.security_context
-    storage = pool.spec.storage
     sts_spec: dict[str, Any] = {
         "replicas": replicas,
         "serviceName": headless_name(target),
@@ -448,15 +463,16 @@ def statefulset(
             "spec": pod_spec,
         },
     }
-    if storage.type == "ephemeral":
+    if claims is None:
         pod_spec["volumes"].append({"name": "data", "emptyDir": {}})
     else:
+        size, storage_class = claims
         claim: dict[str, Any] = {
             "accessModes": ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": storage.size}},
+            "resources": {"requests": {"storage": size}},
         }
-        if storage.storage_class is not None:
-            claim["storageClassName"] = storage.storage_class
+        if storage_class is not None:
+            claim["storageClassName"] = storage_class
         sts_spec["volumeClaimTemplates"] = [
             {
                 "apiVersion": "v1",
@@ -479,11 +495,14 @@ def _camel(name: str) -> str:
 
 
 def desired_objects(
-    target: Target, cluster: KafkaCluster, replicas: Mapping[Role, int] | None = None
+    target: Target,
+    cluster: KafkaCluster,
+    replicas: Mapping[Role, int] | None = None,
+    claims: Mapping[Role, Claims] | None = None,
 ) -> list[dict[str, Any]]:
     """Every object of the cluster, in the order they are applied: what the pods need before
-    the StatefulSets that start them. `replicas` overrides a pool's size (a refused
-    scale-down keeps the current one)."""
+    the StatefulSets that start them. `replicas` and `claims` override a pool's size and
+    volume (a refused scale-down or storage change keeps the current ones)."""
     spec = cluster.spec
     found = [
         service_account(target),
@@ -496,5 +515,6 @@ def desired_objects(
     for pool in pools(spec):
         found.append(pod_disruption_budget(target, pool))
         count = (replicas or {}).get(pool.role, pool.spec.replicas)
-        found.append(statefulset(target, spec, pool, count))
+        volume = (claims or {}).get(pool.role, claims_of(pool.spec.storage))
+        found.append(statefulset(target, spec, pool, count, volume))
     return found

@@ -40,12 +40,14 @@ from pydantic import ValidationError
 from broker.config import BrokerConfig
 from broker.storage.config import InvalidConfig
 
-from .models import KafkaCluster
+from .models import KafkaCluster, problems
 from .objects import (
+    Claims,
     Pool,
     Role,
     Target,
     bootstrap_servers,
+    claims_of,
     desired_objects,
     pod_name,
     pools,
@@ -97,8 +99,8 @@ class PodState:
 class StatefulSetState:
     replicas: int
     update_revision: str | None
-    claims: tuple[str, str | None] | None
-    """The volume claim it was created with: (size, storage class); None: emptyDir."""
+    claims: Claims
+    """The volume claim it was created with."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +164,7 @@ def plan(
     try:
         cluster = KafkaCluster.model_validate(dict(resource) | {"status": None})
     except ValidationError as exc:
-        return _invalid(_describe(exc))
+        return _invalid(problems(exc))
     target = Target(
         namespace=namespace,
         name=metadata.get("name", ""),
@@ -183,8 +185,9 @@ def plan(
     if refusal is not None:
         return _invalid(refusal)
     replicas, refused = _allowed_replicas(cluster, observed)
-    objects = desired_objects(target, cluster, replicas)
-    refused += _keep_claims(objects, observed)
+    claims, refused_claims = _allowed_claims(cluster, observed)
+    refused += refused_claims
+    objects = desired_objects(target, cluster, replicas, claims)
     restart = _next_restart(cluster, observed, facts)
     conditions, requeue = _conditions(cluster, observed, facts, replicas, restart)
     if refused:
@@ -202,14 +205,6 @@ def plan(
         events=events,
         requeue_after=requeue,
     )
-
-
-def _describe(exc: ValidationError) -> str:
-    parts = []
-    for error in exc.errors():
-        where = ".".join(str(p) for p in error["loc"])
-        parts.append(f"{where}: {error['msg']}" if where else error["msg"])
-    return "; ".join(parts)
 
 
 def _invalid(message: str, *, reason: str = "InvalidSpec") -> Plan:
@@ -272,73 +267,35 @@ def _allowed_replicas(
     return allowed, refused
 
 
-def _claims(statefulset: Mapping[str, Any]) -> tuple[str, str | None] | None:
-    templates = statefulset["spec"].get("volumeClaimTemplates")
-    if not templates:
-        return None
-    spec = templates[0]["spec"]
-    return spec["resources"]["requests"]["storage"], spec.get("storageClassName")
-
-
-def _keep_claims(objects: list[dict[str, Any]], observed: Observed) -> list[tuple[str, str]]:
-    """A StatefulSet's volume claims cannot change: keep the ones it has, and say so."""
-    refused = []
-    for index, found in enumerate(objects):
-        if found["kind"] != "StatefulSet":
+def _allowed_claims(
+    cluster: KafkaCluster, observed: Observed
+) -> tuple[dict[Role, Claims], list[tuple[str, str]]]:
+    """A StatefulSet's volume claims cannot change: a pool keeps the ones it has, and says
+    so."""
+    allowed: dict[Role, Claims] = {}
+    refused: list[tuple[str, str]] = []
+    for pool in pools(cluster.spec):
+        wanted = claims_of(pool.spec.storage)
+        current = observed.statefulsets.get(pool.role)
+        allowed[pool.role] = wanted
+        if current is None or current.claims == wanted:
             continue
-        role: Role = found["spec"]["selector"]["matchLabels"]["gregor.dev/pool"]
-        current = observed.statefulsets.get(role)
-        if current is None or current.claims == _claims(found):
-            continue
-        objects[index] = _with_claims(found, current.claims)
+        allowed[pool.role] = current.claims
         refused.append(
             (
                 "StorageChangeNotSupported",
-                f"{role} storage stays {_storage_text(current.claims)}: a StatefulSet's volume "
-                f"claims cannot change (asked: {_storage_text(_claims(found))})",
+                f"{pool.role} storage stays {_storage_text(current.claims)}: a StatefulSet's "
+                f"volume claims cannot change (asked: {_storage_text(wanted)})",
             )
         )
-    return refused
+    return allowed, refused
 
 
-def _storage_text(claims: tuple[str, str | None] | None) -> str:
+def _storage_text(claims: Claims) -> str:
     if claims is None:
         return "ephemeral"
     size, storage_class = claims
     return size if storage_class is None else f"{size} of class {storage_class}"
-
-
-def _with_claims(
-    statefulset: dict[str, Any], claims: tuple[str, str | None] | None
-) -> dict[str, Any]:
-    spec = dict(statefulset["spec"])
-    template = dict(spec["template"])
-    pod_spec = dict(template["spec"])
-    volumes = [v for v in pod_spec["volumes"] if v["name"] != "data"]
-    if claims is None:
-        spec.pop("volumeClaimTemplates", None)
-        volumes.append({"name": "data", "emptyDir": {}})
-    else:
-        size, storage_class = claims
-        claim: dict[str, Any] = {
-            "accessModes": ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": size}},
-        }
-        if storage_class is not None:
-            claim["storageClassName"] = storage_class
-        labels = statefulset["metadata"]["labels"]
-        spec["volumeClaimTemplates"] = [
-            {
-                "apiVersion": "v1",
-                "kind": "PersistentVolumeClaim",
-                "metadata": {"name": "data", "labels": labels},
-                "spec": claim,
-            }
-        ]
-    pod_spec["volumes"] = volumes
-    template["spec"] = pod_spec
-    spec["template"] = template
-    return statefulset | {"spec": spec}
 
 
 # -- rolling restarts -------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .models import Topic
+from .models import Topic, problems
 from .planner import ConditionState
 
 __all__ = [
@@ -112,10 +112,7 @@ def plan_topic(
     try:
         topic = Topic.model_validate(dict(resource) | {"status": None})
     except ValidationError as exc:
-        message = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
-        return _not_ready("InvalidSpec", message, requeue=None)
+        return _not_ready("InvalidSpec", problems(exc), requeue=None)
     spec = topic.spec
     name = topic_name(resource)
     if cluster_ready is None:

@@ -1,11 +1,11 @@
 """The operator's topic reconciliation against a real Gregor node, through confluent-kafka's
 Admin client: a `Topic` is created as written, an existing topic is adopted, partitions grow,
-configs set outside Kubernetes are put back, a decrease is refused, and deletion deletes."""
+configs set outside Kubernetes are put back, a decrease is refused, and deletion deletes.
+What needs no broker is in tests/unit/operator/test_topics.py."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -130,7 +130,7 @@ def test_fewer_partitions_or_another_replication_factor_is_refused(client: Admin
     assert found.partitions == 3
 
 
-def test_a_value_kafka_refuses_is_an_error_and_deletion_deletes(client: AdminClient) -> None:
+def test_deletion_deletes_and_a_topic_already_gone_is_fine(client: AdminClient) -> None:
     reconcile(client, resource("scratch", partitions=1))
     delete_topic(client, "scratch")
     delete_topic(client, "scratch")  # already gone is fine
@@ -141,18 +141,3 @@ def test_the_topic_name_in_the_spec_wins_over_the_resources(client: AdminClient)
     reconcile(client, resource("orders-v2", topicName="Orders_V2", partitions=1))
     assert describe_topic(client, "Orders_V2") is not None
     assert describe_topic(client, "orders-v2") is None
-
-
-def test_nothing_is_done_for_an_invalid_spec_or_a_cluster_not_ready(tmp_path: Path) -> None:
-    invalid = plan_topic(
-        resource("bad", config={"cleanup.policy": "shred"}), cluster_ready=True, found=None
-    )
-    assert invalid.actions == []
-    assert invalid.conditions[0].reason == "InvalidSpec"
-    assert "cleanup.policy" in invalid.conditions[0].message
-    waiting = plan_topic(resource("early"), cluster_ready=False, found=None)
-    assert waiting.actions == []
-    assert waiting.conditions[0].reason == "ClusterNotReady"
-    assert waiting.requeue_after is not None
-    orphan = plan_topic(resource("orphan"), cluster_ready=None, found=None)
-    assert orphan.conditions[0].reason == "ClusterNotFound"

@@ -52,3 +52,18 @@ def test_unset_partitions_and_replicas_leave_them_to_the_broker() -> None:
         "config": {"retention.ms": "1000"},
     }
     assert settled.requeue_after is None
+
+
+def test_nothing_is_done_for_an_invalid_spec_or_a_cluster_not_ready() -> None:
+    invalid = plan_topic(
+        topic(1, None, config={"cleanup.policy": "shred"}), cluster_ready=True, found=None
+    )
+    assert invalid.actions == []
+    assert invalid.conditions[0].reason == "InvalidSpec"
+    assert "cleanup.policy" in invalid.conditions[0].message
+    waiting = plan_topic(topic(1, None), cluster_ready=False, found=None)
+    assert waiting.actions == []
+    assert waiting.conditions[0].reason == "ClusterNotReady"
+    assert waiting.requeue_after is not None
+    orphan = plan_topic(topic(1, None), cluster_ready=None, found=None)
+    assert orphan.conditions[0].reason == "ClusterNotFound"

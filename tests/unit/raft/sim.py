@@ -89,6 +89,18 @@ class Faults:
     messages are sent."""
 
 
+QUIET = Faults(
+    drop=0, duplicate=0, late_copy=0, crash_every_ms=0, partition_every_ms=0, crash_within_ready=0
+)
+"""A network that delivers everything once, and nodes that never crash: a healed run."""
+
+
+def reproduce(variable: str, test: str, seed: int, seeds: int) -> str:
+    """The one command that runs a failing seeded schedule again: `variable` sets how many
+    seeds there are, `test` is the test's path and name."""
+    return f"reproduce: {variable}={max(seeds, seed + 1)} pytest '{test}[seed={seed}]'"
+
+
 class Simulation:
     def __init__(
         self,

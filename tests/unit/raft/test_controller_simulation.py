@@ -34,7 +34,7 @@ from broker.metadata import MetadataImage
 from broker.metadata.records import TopicRecord, UnfenceBrokerRecord, decode_record
 
 from .controller_sim import DECIDE_EVERY_MS, ControllerSimulation, encoded, image_problem, replay
-from .sim import Faults, SafetyViolation
+from .sim import QUIET, SafetyViolation, reproduce
 
 SEEDS = int(os.environ.get("GREGOR_CONTROLLER_SEEDS", "200"))
 FAULTY_MS = 8_000
@@ -45,19 +45,13 @@ controller within 3 s, and then decides some 30 times more."""
 SETTLE_MS = 2_000
 """Then no more decisions: followers learn the last high watermark within a fetch wait."""
 
-QUIET = Faults(
-    drop=0, duplicate=0, late_copy=0, crash_every_ms=0, partition_every_ms=0, crash_within_ready=0
-)
-
 
 # -- the test ---------------------------------------------------------------------------------
 
 
 def _reproduce(seed: int) -> str:
-    return (
-        f"reproduce: GREGOR_CONTROLLER_SEEDS={max(SEEDS, seed + 1)} pytest "
-        f"'tests/unit/raft/test_controller_simulation.py::test_a_faulty_schedule[seed={seed}]'"
-    )
+    test = "tests/unit/raft/test_controller_simulation.py::test_a_faulty_schedule"
+    return reproduce("GREGOR_CONTROLLER_SEEDS", test, seed, SEEDS)
 
 
 @pytest.mark.parametrize("seed", range(SEEDS), ids=lambda seed: f"seed={seed}")

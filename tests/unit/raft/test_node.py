@@ -25,11 +25,8 @@ from broker.raft import (
     VoteReply,
 )
 
-from .sim import Faults, Simulation
+from .sim import QUIET, Simulation
 
-QUIET = Faults(
-    drop=0, duplicate=0, late_copy=0, crash_every_ms=0, partition_every_ms=0, crash_within_ready=0
-)
 TIMEOUTS = QuorumTimeouts()
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from broker.raft import ElectionState
 
-from .sim import Faults, SafetyViolation, Simulation
+from .sim import QUIET, SafetyViolation, Simulation, reproduce
 
 SEEDS = int(os.environ.get("GREGOR_RAFT_SEEDS", "200"))
 FAULTY_MS = 15_000
@@ -22,16 +22,10 @@ quorum elects a leader and catches every node up well within this."""
 SETTLE_MS = 2_000
 """Then no more proposals: followers learn the last high watermark within a fetch wait."""
 
-QUIET = Faults(
-    drop=0, duplicate=0, late_copy=0, crash_every_ms=0, partition_every_ms=0, crash_within_ready=0
-)
-
 
 def _reproduce(seed: int) -> str:
-    return (
-        f"reproduce: GREGOR_RAFT_SEEDS={max(SEEDS, seed + 1)} pytest "
-        f"'tests/unit/raft/test_simulation.py::test_a_faulty_schedule[seed={seed}]'"
-    )
+    test = "tests/unit/raft/test_simulation.py::test_a_faulty_schedule"
+    return reproduce("GREGOR_RAFT_SEEDS", test, seed, SEEDS)
 
 
 @pytest.mark.parametrize("seed", range(SEEDS), ids=lambda seed: f"seed={seed}")
