@@ -22,6 +22,7 @@ from confluent_kafka.cimpl import NewTopic
 from broker.local import CONTROLLER_PORT_OFFSET
 from broker.protocol import ApiKey, ErrorCode, request_type
 from tests.integration.clients import QUIET
+from tests.support.nodes import wait_for_brokers
 from tests.support.requests import fill
 from tests.support.wire import call
 
@@ -79,12 +80,8 @@ def test_a_local_cluster_serves_as_one_and_stops_together(
         assert bootstrap in said
 
         admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
-        deadline = time.monotonic() + 30
-        # Each broker answers from its own copy of the metadata log, so one that has not yet
-        # replayed a peer's unfencing may leave it out for a moment: poll until all agree.
-        while set(brokers := admin.list_topics(timeout=10).brokers) != {1, 2, 3}:
-            assert time.monotonic() < deadline, f"brokers: {sorted(brokers)}"
-            time.sleep(0.2)
+        node_logs = {i: tmp_path / f"node-{i}" / "node.log" for i in (1, 2, 3)}
+        wait_for_brokers({i: base + i - 1 for i in (1, 2, 3)}, {1, 2, 3}, 30, node_logs)
         ports = [base + CONTROLLER_PORT_OFFSET + v - 1 for v in voters]
         quorum = _describe_quorum(ports)
         assert {v.replica_id for v in quorum.current_voters} == voters

@@ -9,7 +9,6 @@ another node are forwarded to the active controller in an Envelope (KIP-590).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import re
@@ -34,7 +33,13 @@ from broker.protocol import (
     encode_request,
     request_type,
 )
-from tests.support.nodes import RunningNode, start_node, start_quorum, wait_listening
+from tests.support.nodes import (
+    RunningNode,
+    start_node,
+    start_quorum,
+    wait_for_brokers,
+    wait_listening,
+)
 from tests.support.requests import fill
 from tests.support.wire import call, exchange
 
@@ -124,21 +129,10 @@ def create_topic(node: RunningNode, name: str) -> None:
     admin.create_topics([NewTopic(name, 1, 1)], operation_timeout=10)[name].result(timeout=30)
 
 
-def brokers_on(node: RunningNode) -> set[int]:
-    return {broker.node_id for broker in metadata_of(node).brokers}
-
-
-def wait_for_brokers(node: RunningNode, ids: set[int], timeout: float = 15.0) -> None:
-    """Until this node's metadata lists exactly the brokers `ids` (registered, unfenced)."""
-    deadline = time.monotonic() + timeout
-    found: set[int] = set()
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError):
-            found = brokers_on(node)
-            if found == ids:
-                return
-        time.sleep(0.1)
-    raise AssertionError(f"{node.bootstrap} lists brokers {sorted(found)}, not {sorted(ids)}")
+def lists_brokers(nodes: list[RunningNode], ids: set[int], timeout: float = 15.0) -> None:
+    """Until each of `nodes` lists exactly the brokers `ids` (registered, unfenced)."""
+    ports = {node.node_id: node.port for node in nodes}
+    wait_for_brokers(ports, ids, timeout, {node.node_id: node.log for node in nodes})
 
 
 def wait_for_topics(node: RunningNode, names: set[str], timeout: float = 15.0) -> None:
@@ -389,19 +383,17 @@ def test_every_node_registers_and_a_silent_one_is_fenced_until_it_returns(
     nodes = start_quorum(tmp_path, 3, LIFECYCLE)
     try:
         leader = wait_for_leader(list(nodes))
-        for node in nodes:
-            wait_for_brokers(node, {1, 2, 3})
+        lists_brokers(nodes, {1, 2, 3})
         # A follower's process dies: after its session (3 s) the others stop naming it.
         silent = next(i for i in (1, 2, 3) if i != leader.node)
         nodes[silent - 1].kill()
-        wait_for_brokers(nodes[leader.node - 1], {1, 2, 3} - {silent})
+        lists_brokers([nodes[leader.node - 1]], {1, 2, 3} - {silent})
         logs = "".join(node.log_tail(100_000) for node in nodes)
         assert re.search(rf"fencing brokers \[[0-9, ]*\b{silent}\b", logs), "not fenced for it"
         # Back, as a new process of the same node: registered and unfenced again.
         nodes[silent - 1].restart()
         wait_listening(nodes[silent - 1], timeout=30)
-        for node in nodes:
-            wait_for_brokers(node, {1, 2, 3})
+        lists_brokers(nodes, {1, 2, 3})
     finally:
         for node in nodes:
             if node.process.poll() is None:
@@ -414,12 +406,12 @@ def test_a_stopped_broker_is_let_go_at_once(tmp_path: Path) -> None:
     nodes = start_quorum(tmp_path, 3, FAST_ELECTIONS | {"broker.session.timeout.ms": "60000"})
     try:
         leader = wait_for_leader(list(nodes))
-        wait_for_brokers(nodes[leader.node - 1], {1, 2, 3})
+        lists_brokers([nodes[leader.node - 1]], {1, 2, 3})
         leaving = next(i for i in (1, 2, 3) if i != leader.node)
         assert nodes[leaving - 1].stop() == 0
         let_go = f"the controller let broker {leaving} shut down"
         assert let_go in nodes[leaving - 1].log_tail(100_000)
-        wait_for_brokers(nodes[leader.node - 1], {1, 2, 3} - {leaving}, timeout=5)
+        lists_brokers([nodes[leader.node - 1]], {1, 2, 3} - {leaving}, timeout=5)
     finally:
         for node in nodes:
             if node.process.poll() is None:

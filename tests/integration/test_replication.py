@@ -35,7 +35,13 @@ from confluent_kafka.cimpl import NewTopic
 from broker.protocol import ApiKey, ErrorCode, request_type
 from broker.protocol.records import Record, build_batch
 from tests.integration.clients import QUIET
-from tests.support.nodes import Cluster, RunningNode, start_cluster, wait_listening
+from tests.support.nodes import (
+    Cluster,
+    RunningNode,
+    start_cluster,
+    wait_for_brokers,
+    wait_listening,
+)
 from tests.support.requests import fill
 from tests.support.wire import call, now_ms, produce_values
 
@@ -65,7 +71,9 @@ def _start(
     controllers = 0 if topology == "combined" else 3
     cluster = start_cluster(tmp, brokers, controllers, settings, each=each)
     try:
-        _wait_for_brokers(cluster.brokers[0], brokers)
+        ids = set(range(1, brokers + 1))
+        logs = {node.node_id: node.log for node in cluster.nodes}
+        wait_for_brokers({node.node_id: node.port for node in cluster.brokers}, ids, 30, logs)
     except BaseException:
         cluster.kill()
         raise
@@ -91,14 +99,6 @@ def cluster(
 
 def _bootstrap(nodes: list[RunningNode]) -> str:
     return ",".join(node.bootstrap for node in nodes)
-
-
-def _wait_for_brokers(node: RunningNode, count: int, timeout: float = 30.0) -> None:
-    admin = AdminClient({"bootstrap.servers": node.bootstrap, **QUIET})
-    deadline = time.monotonic() + timeout
-    while len(admin.list_topics(timeout=10).brokers) < count:
-        assert time.monotonic() < deadline, "the brokers did not all register"
-        time.sleep(0.2)
 
 
 def _create(nodes: list[RunningNode], name: str, partitions: int, configs: dict[str, str]) -> None:

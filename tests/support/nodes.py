@@ -16,9 +16,13 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from broker.protocol import ApiKey, request_type
+from tests.support.requests import fill
+from tests.support.wire import call
 
 __all__ = [
     "QUORUM_CLUSTER_ID",
@@ -31,6 +35,7 @@ __all__ = [
     "start_cluster",
     "start_node",
     "start_quorum",
+    "wait_for_brokers",
     "wait_listening",
 ]
 
@@ -151,6 +156,41 @@ def wait_listening(node: RunningNode, timeout: float = 20.0) -> None:
     raise RuntimeError(
         f"gregor broker did not start listening within {timeout:.0f} s:\n{node.log_tail()}"
     )
+
+
+def wait_for_brokers(
+    ports: Mapping[int, int],
+    expected: set[int],
+    timeout: float = 30.0,
+    logs: Mapping[int, Path] | None = None,
+) -> None:
+    """Until every broker (node id -> client port), asked itself, lists every `expected`
+    broker. Each answers from its own copy of the metadata log, and a client that hears one
+    leave a peer out drops its connection to that peer (and any request on it), so a test
+    that must see the whole cluster waits for all of them. On timeout the message says what
+    each broker listed, with the log of each that lagged (`logs`, by node id)."""
+    deadline = time.monotonic() + timeout
+    request = fill(request_type(ApiKey.METADATA, 12), {"topics": []})
+    seen: dict[int, object] = {}
+    while True:
+        for node_id, port in ports.items():
+            try:
+                metadata = call(("localhost", port), ApiKey.METADATA, 12, request, 5.0)
+                seen[node_id] = {broker.node_id for broker in metadata.brokers}
+            except OSError as error:
+                seen[node_id] = error
+        lagging = [node_id for node_id, listed in seen.items() if listed != expected]
+        if not lagging:
+            return
+        if time.monotonic() > deadline:
+            said = "\n".join(f"broker {i} lists {seen[i]}" for i in sorted(seen))
+            tails = "".join(
+                f"\n--- broker {i}'s log ---\n{logs[i].read_text(errors='replace')[-4000:]}"
+                for i in lagging
+                if logs is not None and i in logs and logs[i].exists()
+            )
+            raise AssertionError(f"not every broker lists {sorted(expected)}:\n{said}{tails}")
+        time.sleep(0.2)
 
 
 def start_quorum(
