@@ -1,11 +1,12 @@
 """The metadata log's entries as Kafka record batches: how they sit on disk, in `.checkpoint`
 files and in Fetch responses, in the layout Kafka's own tools read (KIP-595, KIP-630).
 
-An entry is one record. Entries of one epoch are written together in a batch whose partition
-leader epoch is theirs; the leader's first entry of an epoch is a control batch holding a
-LeaderChangeMessage (control type 2), as KRaft writes it. A snapshot is a records file that
-starts with a SnapshotHeaderRecord control batch (type 3) and ends with a SnapshotFooterRecord
-(type 4), with the state machine's records between.
+An entry is one record, and a proposal is one batch (KRaft's atomic append): a batch is
+written, checked and fetched whole, so a torn write or a cut-short fetch never leaves part of a
+proposal. Its partition leader epoch is its entries' epoch; the leader's first entry of an
+epoch is a control batch holding a LeaderChangeMessage (control type 2), as KRaft writes it.
+A snapshot is a records file that starts with a SnapshotHeaderRecord control batch (type 3)
+and ends with a SnapshotFooterRecord (type 4), with the state machine's records between.
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ def encode_entries(
     leader: int = -1,
     voters: Sequence[int] = (),
 ) -> bytes:
-    """`entries`, the first at `first_offset`, as batches: one per run of data entries of an
-    epoch (at most a thousand records each), one control batch per control entry."""
+    """`entries`, the first at `first_offset`, as batches: one per proposal (the entries up
+    to one that is not `continued`, or to the end), one control batch per control entry."""
     out = bytearray()
     start = 0
     while start < len(entries):
@@ -70,7 +71,7 @@ def encode_entries(
         end = start + 1
         while (
             end < len(entries)
-            and end - start < _MAX_RECORDS_PER_BATCH
+            and entries[end - 1].continued
             and entries[end].epoch == first.epoch
             and not entries[end].control
         ):
@@ -84,16 +85,20 @@ def encode_entries(
 
 
 def decode_entries(data: Buffer) -> Iterator[tuple[int, Entry]]:
-    """Each record of `data` (whole batches, CRCs checked) as an entry, with its offset."""
+    """Each record of `data` (whole batches, CRCs checked) as an entry, with its offset; the
+    records of a batch are one proposal (each but the last `continued`)."""
     for position, header in iter_batches(data):
+        last = header.last_offset
         for record in iter_records(data, position):
             if header.is_control:
                 yield record.offset, Entry(header.partition_leader_epoch, b"", control=True)
             else:
-                yield (
-                    record.offset,
-                    Entry(header.partition_leader_epoch, record.value or b""),
+                entry = Entry(
+                    header.partition_leader_epoch,
+                    record.value or b"",
+                    continued=record.offset < last,
                 )
+                yield record.offset, entry
 
 
 def write_snapshot(

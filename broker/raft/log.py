@@ -53,10 +53,25 @@ class RaftLog:
         return self._entries[offset - self.start_offset]
 
     def read(self, start: int, max_entries: int) -> tuple[Entry, ...]:
+        """Up to `max_entries` from `start`, and on to the end of the proposal the last one
+        belongs to: a read never ends inside a proposal (a fetch returns whole batches)."""
         if start < self.start_offset:
             raise IndexError(f"offset {start} is before the log start {self.start_offset}")
         first = start - self.start_offset
-        return tuple(self._entries[first : first + max_entries])
+        end = min(first + max_entries, len(self._entries))
+        while end < len(self._entries) and self._entries[end - 1].continued:
+            end += 1
+        return tuple(self._entries[first:end])
+
+    def proposal_boundary(self, offset: int) -> int:
+        """The largest offset at most `offset` (and at least the log start) where no proposal
+        is cut in two: how far a high watermark may go, so that a proposal commits whole."""
+        offset = min(offset, self.end_offset)
+        while (
+            offset > self.start_offset and self._entries[offset - 1 - self.start_offset].continued
+        ):
+            offset -= 1
+        return offset
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """The largest epoch in the log (its snapshot's included) that is at most `epoch`, and

@@ -40,6 +40,9 @@ class Entry:
     payload: bytes
     control: bool = False
     """Written by the quorum itself (the leader's first entry of its epoch), not proposed."""
+    continued: bool = False
+    """The next entry belongs to the same proposal: entries proposed together are committed,
+    applied, fetched and stored together, never a part of them alone (Kafka's atomic batch)."""
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -298,12 +298,14 @@ class RaftNode:
             self._update_high_watermark(now_ms)
 
     def propose(self, payloads: Sequence[bytes], now_ms: int) -> int:
-        """Append entries in the leader's epoch; the offset of the first. Committed once the
-        high watermark passes them. Raises `NotLeader` elsewhere."""
+        """Append entries in the leader's epoch, as one proposal; the offset of the first.
+        Committed together, once the high watermark passes them all (it never stops inside
+        a proposal). Raises `NotLeader` elsewhere."""
         if self.role is not Role.LEADER:
             raise NotLeader(self.leader)
         first = self.log.end_offset
-        self._append([Entry(self.epoch, payload) for payload in payloads])
+        last = len(payloads) - 1
+        self._append([Entry(self.epoch, p, continued=i < last) for i, p in enumerate(payloads)])
         self._answer_parked(now_ms, why="entries")
         return first
 
@@ -663,7 +665,8 @@ class RaftNode:
             # The leader checked this log up to the fetch offset; it now matches the leader's
             # up to the end of these entries, and no further is known to match.
             matched = reply.fetch_offset + len(reply.entries)
-            self.high_watermark = max(self.high_watermark, min(reply.high_watermark, matched))
+            committed = self.log.proposal_boundary(min(reply.high_watermark, matched))
+            self.high_watermark = max(self.high_watermark, committed)
             self.leader_high_watermark = reply.high_watermark
         self._maybe_fetch(now_ms)
 
@@ -843,7 +846,7 @@ class RaftNode:
 
     def _update_high_watermark(self, now_ms: int) -> None:
         offsets = sorted((self._acknowledged.get(voter, 0) for voter in self.voters), reverse=True)
-        committed = offsets[self._majority - 1]
+        committed = self.log.proposal_boundary(offsets[self._majority - 1])
         if committed > self._epoch_start and committed > self.high_watermark:
             self.high_watermark = committed
             self._answer_parked(now_ms, why="all")

@@ -84,16 +84,36 @@ def test_a_log_of_another_voter_set_is_refused_naming_both(tmp_path: Path) -> No
 def test_entries_are_kafka_batches_with_the_epoch_and_a_leader_change_control_batch(
     tmp_path: Path,
 ) -> None:
+    """A batch per proposal: one of two entries (x, y) and one of a single entry (z)."""
     store = _store(tmp_path)
-    store.append(0, tuple(_entries(4, b"x", b"y")), 10, leader=1)
+    proposal = [Entry(4, b"x", continued=True), Entry(4, b"y"), Entry(4, b"z")]
+    store.append(0, (Entry(4, b"", control=True), *proposal), 10, leader=1)
     store.close(11)
     segment = tmp_path / "__cluster_metadata-0" / f"{0:020d}.log"
     headers = [header for _, header in iter_batches(segment.read_bytes())]
     assert [(h.base_offset, h.records_count, h.is_control) for h in headers] == [
         (0, 1, True),
         (1, 2, False),
+        (3, 1, False),
     ]
     assert {h.partition_leader_epoch for h in headers} == {4}
+    # Read back, the proposals are as they were proposed.
+    assert _store(tmp_path).load(12).entries[1:] == proposal
+
+
+def test_a_torn_write_keeps_whole_proposals_only(tmp_path: Path) -> None:
+    """A crash in the middle of writing a proposal (its batch cut short) loses all of it on
+    restart, never a part: the proposal before it stays whole."""
+    store = _store(tmp_path)
+    first = [Entry(1, b"a", continued=True), Entry(1, b"b")]
+    torn = [Entry(1, b"c", continued=True), Entry(1, b"d", continued=True), Entry(1, b"e")]
+    store.append(0, (Entry(1, b"", control=True), *first, *torn), 10, leader=1)
+    store.close(11)
+    segment = tmp_path / "__cluster_metadata-0" / f"{0:020d}.log"
+    data = segment.read_bytes()
+    (last, _), *_ = reversed(list(iter_batches(data)))
+    segment.write_bytes(data[: last + (len(data) - last) // 2])
+    assert _store(tmp_path).load(12).entries[1:] == first
 
 
 def test_truncation_drops_the_tail_for_good(tmp_path: Path) -> None:

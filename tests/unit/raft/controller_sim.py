@@ -148,6 +148,8 @@ def image_problem(image: MetadataImage) -> str | None:
     if by_id != image.topics_by_id:
         return "topic names and ids are not one to one"
     for topic in image.topics.values():
+        if not topic.partitions:
+            return f"topic {topic.name} has no partition"
         for index, state in topic.partitions.items():
             problem = _partition_problem(state)
             if problem is not None:
@@ -248,6 +250,10 @@ class ControllerSimulation(Simulation):
                 replay(image, at, entry.payload)
             except Exception as exc:
                 self._fail(f"node {node} applies the record committed at {at}: {exc!r}")
+        # A decision commits whole: the image is whole after every commit.
+        problem = image_problem(image)
+        if problem is not None:
+            self._fail(f"node {node} commits to {offset + len(entries)}, where {problem}")
 
     def crash(self, node: int) -> None:
         super().crash(node)

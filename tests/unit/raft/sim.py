@@ -116,7 +116,8 @@ class Simulation:
         self.rng = random.Random(seed)
         self.now = 0
         self.faults = faults
-        self.timeouts = timeouts or QuorumTimeouts(snapshot_chunk_bytes=1024)
+        # Fetches of a few entries each: a proposal is often longer, and must still go whole.
+        self.timeouts = timeouts or QuorumTimeouts(snapshot_chunk_bytes=4096, fetch_max_entries=4)
         self.snapshot_every = snapshot_every
         self.applied: dict[int, list[Entry]] = {}
         """Each node's state machine: the entries it applied, in order."""
@@ -201,12 +202,14 @@ class Simulation:
                 self.start(node)
 
     def propose(self) -> None:
-        """The workload: an opaque entry at the leader of the highest epoch."""
+        """The workload: a proposal of one to six opaque entries at the leader of the highest
+        epoch."""
         leader = self.leader()
         if leader is None:
             return
         self.proposed += 1
-        leader.propose([f"{self.seed}:{self.proposed}".encode()], self.now)
+        size = self.rng.choice((1, 1, 1, 2, 3, 6))
+        leader.propose([f"{self.seed}:{self.proposed}.{i}".encode() for i in range(size)], self.now)
         self.carry_out(leader)
 
     def _deliver_due(self) -> None:
@@ -262,7 +265,10 @@ class Simulation:
                     f"{disk.start + len(disk.entries)}"
                 )
             if crash_at == "entries":
-                disk.entries.extend(ready.entries[: self.rng.randrange(len(ready.entries))])
+                # A torn write: the batches written whole are kept, and a batch is a proposal.
+                entries = ready.entries
+                cuts = [i for i in range(len(entries)) if i == 0 or not entries[i - 1].continued]
+                disk.entries.extend(ready.entries[: self.rng.choice(cuts)])
                 self.crash(node.id)
                 return
             disk.entries.extend(ready.entries)
@@ -324,6 +330,8 @@ class Simulation:
         """Apply the entries below the high watermark to the node's state machine, and check
         that they agree with everything committed anywhere before."""
         committed = self.applied[node.id]
+        if high_watermark > node.log.start_offset and node.log[high_watermark - 1].continued:
+            self._fail(f"node {node.id} commits to {high_watermark}, inside a proposal")
         if high_watermark > len(committed):
             start = len(committed)
             entries = node.log.read(start, high_watermark - start)

@@ -153,6 +153,43 @@ def _links(*nodes: int) -> Callable[[int, int, Message], bool]:
     return lambda sender, to, message: sender in nodes and to in nodes
 
 
+def test_a_proposal_is_fetched_and_committed_whole() -> None:
+    """A controller's decision (a topic and its partitions) is one proposal. A fetch carries
+    it whole though it is longer than a fetch's entry limit (one here), and the high
+    watermark never stops inside it: a voter that has part of it does not commit that part."""
+    sim = _Scripted(voters=3)
+    leader = sim.elect(1)
+    sim.pump()
+    first = leader.log.end_offset
+    assert leader.high_watermark == first
+    replies: list[FetchReply] = []
+
+    def watch(sender: int, to: int, message: Message) -> bool:
+        if isinstance(message, FetchReply) and message.entries:
+            replies.append(message)
+        return True
+
+    sim.allow = watch
+    leader.propose([b"topic", b"partition-0", b"partition-1"], sim.now)
+    sim.carry_out(leader)
+    sim.pump()
+    assert replies, "the parked fetches were not answered"
+    assert {tuple(e.payload for e in r.entries) for r in replies} == {
+        (b"topic", b"partition-0", b"partition-1")
+    }
+    assert leader.high_watermark == first + 3
+    # Voter 3 is cut off; voter 2 says it has two of the next proposal's three entries.
+    sim.allow = _links(1, 2)
+    leader.propose([b"topic-2", b"partition-0", b"partition-1"], sim.now)
+    sim.carry_out(leader)
+    leader.step(Fetch(2, leader.epoch, first + 5, leader.epoch), sim.now)
+    sim.carry_out(leader)
+    assert leader.high_watermark == first + 3, "two entries of a proposal were committed alone"
+    leader.step(Fetch(2, leader.epoch, first + 6, leader.epoch), sim.now)
+    sim.carry_out(leader)
+    assert leader.high_watermark == first + 6
+
+
 def test_a_leader_commits_nothing_of_an_older_epoch_by_counting_replicas() -> None:
     """Raft's "figure 8", which random schedules do not build: an entry of an old epoch that
     a later leader copies to a majority is not committed by that count alone, or the leader

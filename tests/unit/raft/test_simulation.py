@@ -45,7 +45,7 @@ def test_a_faulty_schedule(seed: int) -> None:
     leader = sim.leader()
     assert leader is not None, f"no leader {HEALED_MS} ms after healing\n{_reproduce(seed)}"
     last = sim.proposed
-    marker = f"{seed}:{last}".encode()
+    marker = f"{seed}:{last}.0".encode()
     nodes = sim.live()
     behind = {
         node.id: node.high_watermark
