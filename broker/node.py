@@ -358,12 +358,17 @@ class Node:
 
     def _not_ready(self) -> str | None:
         """Why the node should not be sent clients or counted as up (`/readyz`), None when
-        it should: the quorum has a leader, and a broker is registered and unfenced. A node
-        answers at all only once it has caught up with the metadata log."""
+        it should: a voter's quorum has a leader, and a broker is registered and unfenced. A
+        node answers at all only once it has caught up with the metadata log.
+
+        A broker-only node stays ready while the quorum elects a leader, as a Kafka broker
+        keeps serving through a controller failover: otherwise restarting the active
+        controller would take every broker out of its Service at once."""
         metadata = self.metadata
-        if metadata is None or metadata.driver.leader is None:
+        roles = self.config.process_roles
+        if metadata is None or ("controller" in roles and metadata.driver.leader is None):
             return "the metadata quorum has no leader"
-        if "broker" not in self.config.process_roles:
+        if "broker" not in roles:
             return None
         lifecycle = self.lifecycle
         if lifecycle is None or lifecycle.broker_epoch < 0:

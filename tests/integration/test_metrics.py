@@ -20,7 +20,14 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.clients import QUIET, admin_client, create_topic, read_all
-from tests.support.nodes import RunningNode, free_port, refused_start, run_node, start_quorum
+from tests.support.nodes import (
+    RunningNode,
+    free_port,
+    refused_start,
+    run_node,
+    start_cluster,
+    start_quorum,
+)
 
 KEY = "gregor.metrics.listener"
 
@@ -266,3 +273,35 @@ def test_a_node_whose_quorum_is_lost_stays_live_but_is_not_ready(tmp_path: Path)
         for node in nodes:
             if node.process.poll() is None:
                 node.kill()
+
+
+def test_a_broker_stays_ready_while_its_quorum_has_no_leader(tmp_path: Path) -> None:
+    """Dedicated controllers 2-4 and broker 1: with two controllers gone the quorum has no
+    leader, so the last controller is not ready; the broker keeps serving the partitions it
+    has, as a Kafka broker does through a controller failover, and stays ready. Otherwise a
+    restart of the active controller would take every broker out of its Service at once."""
+    ports = {1: free_port(), 2: free_port()}
+    cluster = start_cluster(
+        tmp_path,
+        brokers=1,
+        controllers=3,
+        extra={"controller.quorum.election.timeout.ms": "300"},
+        each={node_id: {KEY: f"http://127.0.0.1:{port}"} for node_id, port in ports.items()},
+    )
+    broker, controller = (f"http://127.0.0.1:{ports[i]}/readyz" for i in (1, 2))
+    try:
+        deadline = time.monotonic() + 30
+        while _probe(broker)[0] != 200 or _probe(controller)[0] != 200:
+            assert time.monotonic() < deadline, (_probe(broker), _probe(controller))
+            time.sleep(0.2)
+        for node in cluster.controllers[1:]:
+            node.kill()
+        deadline = time.monotonic() + 30
+        while (found := _probe(controller))[0] == 200:
+            assert _probe(broker) == (200, "ready\n")
+            assert time.monotonic() < deadline, "the controller is still ready"
+            time.sleep(0.2)
+        assert found == (503, "not ready: the metadata quorum has no leader\n")
+        assert _probe(broker) == (200, "ready\n")
+    finally:
+        cluster.kill()
