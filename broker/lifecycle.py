@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -139,6 +140,8 @@ class BrokerLifecycle:
 
     async def _heartbeat_loop(self) -> None:
         interval = self._config.broker_heartbeat_interval_ms / 1000
+        session_s = self._config.broker_session_timeout_ms / 1000
+        answered_at, unanswered = time.monotonic(), False
         while not self._stopping:
             try:
                 answer = await self._heartbeat(want_shut_down=False)
@@ -146,8 +149,22 @@ class BrokerLifecycle:
                 log.exception("heartbeat of broker %d failed", self._config.node_id)
                 answer = None
             if answer is None:
+                silent_s = time.monotonic() - answered_at
+                if silent_s > session_s and not unanswered:
+                    unanswered = True
+                    log.warning(
+                        "no controller has answered broker %d's heartbeats for %.0f s "
+                        "(leader: %s): it is fenced by now",
+                        self._config.node_id,
+                        silent_s,
+                        self._metadata.driver.leader,
+                    )
                 await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
+            answered_at = time.monotonic()
+            if unanswered:
+                unanswered = False
+                log.info("broker %d's heartbeats are answered again", self._config.node_id)
             if answer.error == ErrorCode.stale_broker_epoch:
                 # Its registration is gone (replaced, or unregistered): register again.
                 log.warning(

@@ -6,6 +6,12 @@ Requests are pipelined on one TCP connection and matched to their responses by c
 id. A connection that fails fails every request in flight (`PeerUnavailable`) and the next
 request connects again, after a backoff that grows from `reconnect.backoff.ms` to
 `reconnect.backoff.max.ms` (Kafka's defaults: 50 ms and 1 s) while the peer stays away.
+
+A request that times out closes its connection, as Kafka's NetworkClient does, and the next
+request connects anew (resolving the peer's name again); connecting is bounded by the same
+timeout. A peer whose address vanished (a Kubernetes pod replaced, its IP gone without a
+reset) otherwise leaves a connection that looks open and swallows every request, or a
+connect that hangs, for as long as TCP retransmits (minutes).
 """
 
 from __future__ import annotations
@@ -64,8 +70,9 @@ class PeerConnection:
         self, api_key: int, api_version: int, body: RequestBody, *, timeout_s: float
     ) -> ResponseBody:
         """Send one request and wait for its response. Raises `PeerUnavailable` when the
-        connection fails and `TimeoutError` when no answer comes within `timeout_s`."""
-        writer = await self._connected()
+        connection fails or cannot be made within `timeout_s`, and `TimeoutError` when no
+        answer comes within `timeout_s`."""
+        writer = await self._connected(timeout_s)
         correlation_id = next(self._correlation)
         header = RequestHeader(api_key, api_version, correlation_id, self._client_id)
         future: asyncio.Future[ResponseBody] = asyncio.get_running_loop().create_future()
@@ -73,10 +80,16 @@ class PeerConnection:
         try:
             writer.write(encode_request(header, body))
             return await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            if self._writer is writer:
+                log.info("%s: no answer within %.0f ms: reconnecting", self, timeout_s * 1000)
+                self._writer = None
+                writer.close()  # its reader fails the other requests in flight on it
+            raise
         finally:
             self._pending.pop(correlation_id, None)
 
-    async def _connected(self) -> asyncio.StreamWriter:
+    async def _connected(self, timeout_s: float) -> asyncio.StreamWriter:
         if self._closed:
             raise PeerUnavailable(f"{self}: closed")
         if self._writer is not None and not self._writer.is_closing():
@@ -90,10 +103,15 @@ class PeerConnection:
             if wait > 0:
                 raise PeerUnavailable(f"{self}: unreachable, next attempt in {wait * 1000:.0f} ms")
             try:
-                reader, writer = await asyncio.open_connection(self.host, self.port)
-            except OSError as exc:
+                # Bounded: a SYN to an address nobody holds any more goes unanswered for
+                # minutes, and every request would queue behind it.
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(self.host, self.port), timeout_s
+                )
+            except (OSError, TimeoutError) as exc:
                 self._back_off()
-                raise PeerUnavailable(f"{self}: {exc}") from None
+                said = str(exc) or f"no connection within {timeout_s * 1000:.0f} ms"
+                raise PeerUnavailable(f"{self}: {said}") from None
             if self.closed:  # closed while connecting
                 writer.close()
                 raise PeerUnavailable(f"{self}: closed")
