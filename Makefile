@@ -8,15 +8,22 @@ STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: install kcat host-packages kafka-dist run test test-unit test-integration test-e2e lint format clean \
+.PHONY: install kcat helm host-packages kafka-dist run test test-unit test-integration test-e2e lint format clean \
 	bench-storage bench-broker bench-replicated bench-responsiveness bench-flood cluster cluster-down cluster-env cluster-build images crds
 
-install: $(STAMP) kcat
+install: $(STAMP) kcat helm
 
 # Debian's kcat (librdkafka 2.0.x), a client the integration tests drive; apt needs root.
 kcat:
 	@command -v kcat >/dev/null 2>&1 || { \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
+
+# The helm CLI (the operator's chart), built once from its Go module into ~/.cache/gregor
+# (PyPI ships no helm); `make cluster` puts it on PATH when the machine has none. Without Go
+# it is skipped, so that `make run` still works on a bare machine.
+helm: $(STAMP)
+	@if command -v go >/dev/null 2>&1; then $(BIN)/python -m localkube.build helm >/dev/null; \
+	else echo "helm: not built (it needs Go; make cluster builds it)"; fi
 
 # Every Debian package the suite uses (iptables, docker.io, debootstrap, containerd, ...), each
 # installed with apt only when missing: a fresh machine has none of them. Needs root.

@@ -100,6 +100,16 @@ def broker_image(kubeconfig: Path) -> str:
     return tags[0]
 
 
+@pytest.fixture(scope="session")
+def operator_image(kubeconfig: Path) -> str:
+    """`gregor-operator:dev`, built from this checkout and loaded into the cluster's runtime."""
+    if os.environ.get(EXTERNAL):
+        return f"gregor-operator:{PROJECT_TAG}"
+    tags = build_project_images(ensure_base_image(), ["operator"])
+    _load(tags, kubeconfig)
+    return tags[0]
+
+
 def _load(tags: list[str], kubeconfig: Path) -> None:
     if load_images(tags, log=lambda _: None) is None:
         raise RuntimeError(f"no cluster `make cluster` made runs to load {', '.join(tags)} into")

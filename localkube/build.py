@@ -60,6 +60,7 @@ class Binaries:
     coredns: Path
     local_path_provisioner: Path
     pause: Path
+    helm: Path
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,14 @@ def components() -> tuple[Component, ...]:
             ),
             ldflags_x=(("go.etcd.io/etcd/api/v3/version.GitSHA", versions.ETCD_GIT_COMMIT[:7]),),
         ),
+        GoComponent(
+            name="helm",
+            version=versions.HELM_VERSION,
+            module="helm.sh/helm/v3",
+            sibling_version=versions.HELM_VERSION,
+            binaries=(Binary("helm", "helm.sh/helm/v3/cmd/helm", ("version", "--short")),),
+            ldflags_x=(("helm.sh/helm/v3/internal/version.version", versions.HELM_VERSION),),
+        ),
         _kubernetes(),
     )
 
@@ -210,15 +219,21 @@ def is_built(root: Path, component: Component) -> bool:
     return all(os.access(home / "bin" / b.name, os.X_OK) for b in component.binaries)
 
 
-def ensure_binaries(cache: Path | None = None, log: Callable[[str], None] = print) -> Binaries:
-    """Build whatever is missing under `<cache>/localkube` and return where every binary is.
+def ensure_binaries(
+    cache: Path | None = None,
+    log: Callable[[str], None] = print,
+    only: Sequence[str] | None = None,
+) -> Binaries:
+    """Build whatever is missing under `<cache>/localkube` (of the components named in `only`,
+    when given) and return where every binary is.
 
     `cache` is the project's cache root (default: $GREGOR_CACHE or ~/.cache/gregor). A warm call
     reads a stamp per component and nothing else. Raises BuildError naming the component that
     failed.
     """
     root = (cache if cache is not None else cache_dir()) / "localkube"
-    missing = [c for c in components() if not is_built(root, c)]
+    wanted = [c for c in components() if only is None or c.name in only]
+    missing = [c for c in wanted if not is_built(root, c)]
     if missing:
         root.mkdir(parents=True, exist_ok=True)
         # One build at a time, also across processes (a harness and `make` may both ask).
@@ -271,6 +286,7 @@ def _binaries(root: Path) -> Binaries:
         coredns=paths["coredns"],
         local_path_provisioner=paths["local-path-provisioner"],
         pause=paths["pause"],
+        helm=paths["helm"],
     )
 
 
@@ -413,15 +429,26 @@ def _check_version(component: Component, path: Path, binary: Binary) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    del argv
+    """`python -m localkube.build [COMPONENT ...]`: build every component, or those named
+    (`make install` builds `helm` alone), and print where each binary is."""
+    names = list(sys.argv[1:] if argv is None else argv)
+    known = {c.name: c for c in components()}
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        print(f"unknown component {', '.join(unknown)}: one of {', '.join(known)}", file=sys.stderr)
+        return 2
     started = time.monotonic()
     try:
-        binaries = ensure_binaries(log=lambda line: print(line, file=sys.stderr, flush=True))
+        binaries = ensure_binaries(
+            log=lambda line: print(line, file=sys.stderr, flush=True), only=names or None
+        )
     except BuildError as exc:
         print(exc, file=sys.stderr)
         return 1
+    shown = {b.name.replace("-", "_") for name in names for b in known[name].binaries}
     for field in dataclasses.fields(binaries):
-        print(f"{field.name:<24} {getattr(binaries, field.name)}")
+        if not names or field.name in shown:
+            print(f"{field.name:<24} {getattr(binaries, field.name)}")
     print(f"localkube binaries ready in {time.monotonic() - started:.2f}s")
     return 0
 

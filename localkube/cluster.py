@@ -89,7 +89,7 @@ def up(log: Log = print) -> Path:
     log(f"node started ({time.monotonic() - started:.0f} s)")
     _addons(layout, binaries, images)
     _wait_ready(layout, binaries)
-    _offer_kubectl(binaries.kubectl, log)
+    _offer_tools(binaries, log)
     log(f"cluster ready in {time.monotonic() - started:.0f} s; kubeconfig: {layout.kubeconfig}")
     return layout.kubeconfig
 
@@ -119,14 +119,17 @@ def down(log: Log = print) -> None:
 
 
 KUBECTL_LINK = Path("/usr/local/bin/kubectl")
+HELM_LINK = Path("/usr/local/bin/helm")
 
 
-def _offer_kubectl(built: Path, log: Log) -> None:
-    """Put the release's kubectl on PATH when the machine has none, so `kubectl get nodes`
-    works right after `make cluster`; a kubectl already there is left alone."""
-    if shutil.which("kubectl") is None and not KUBECTL_LINK.is_symlink():
-        KUBECTL_LINK.symlink_to(built)
-        log(f"kubectl: {KUBECTL_LINK} -> {built}")
+def _offer_tools(binaries: Binaries, log: Log) -> None:
+    """Put the built kubectl and helm on PATH when the machine has none, so `kubectl get
+    nodes` and `helm install` work right after `make cluster`; one already there is left
+    alone."""
+    for built, link in ((binaries.kubectl, KUBECTL_LINK), (binaries.helm, HELM_LINK)):
+        if shutil.which(link.name) is None and not link.is_symlink():
+            link.symlink_to(built)
+            log(f"{link.name}: {link} -> {built}")
 
 
 def _write_configs(layout: ClusterLayout, pki: Pki) -> None:

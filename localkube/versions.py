@@ -49,5 +49,9 @@ LOCAL_PATH_PROVISIONER_GO_SUM = (
 record of this release, so its hashes are pinned here (taken from the proxy once) instead of
 turning checksum verification off."""
 
+HELM_VERSION = "v3.22.0"
+"""Helm 3, the newest release the module proxy serves: it installs the operator's chart
+(`charts/gregor-operator`) in the e2e tier and for users who run `make cluster`."""
+
 PAUSE_VERSION = "1.0.0"
 """Our own pause program (localkube/pause.c); bump it when the program's behaviour changes."""

@@ -1,5 +1,6 @@
 """The CustomResourceDefinitions, generated from the models: `python -m gregor_operator.crds`
-(`make crds`) writes them into `crds/`, and a test fails when what is committed differs.
+(`make crds`) writes them into `crds/` and the operator's chart, and a test fails when what
+is committed differs.
 
 What it owns: turning a pydantic model's JSON Schema into a structural OpenAPI v3 schema the
 API server accepts, and the parts of a CRD that are not schema (names, printer columns, the
@@ -15,7 +16,7 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,11 +37,20 @@ from .models import (
     UserStatus,
 )
 
-__all__ = ["RESOURCES", "Resource", "crd", "main", "render", "structural"]
+__all__ = [
+    "RESOURCES",
+    "TARGETS",
+    "Resource",
+    "Target",
+    "crd",
+    "main",
+    "render",
+    "render_for_chart",
+    "structural",
+    "target_path",
+]
 
 ROOT = Path(__file__).resolve().parents[2]
-TARGETS = (ROOT / "crds",)
-"""Where the CRDs are written: `crds/`, for `kubectl apply --server-side -f crds/`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +248,37 @@ def render(resource: Resource) -> str:
     return _HEADER + str(yaml.safe_dump(crd(resource), sort_keys=False, width=100))
 
 
+def render_for_chart(resource: Resource) -> str:
+    """The CRD as a template of the operator's chart: installed when `crds.install` is on,
+    updated by `helm upgrade` (which never touches a chart's `crds/` directory), and kept
+    when the release is uninstalled, so that no user's cluster goes with it."""
+    document = crd(resource)
+    document["metadata"]["annotations"] = {"helm.sh/resource-policy": "keep"}
+    text = str(yaml.safe_dump(document, sort_keys=False, width=100))
+    if "{{" in text:
+        raise ValueError(f"{resource.name}'s schema holds '{{{{', which Helm reads as a template")
+    return f"{{{{- if .Values.crds.install }}}}\n{_HEADER}{text}{{{{- end }}}}\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    directory: Path
+    render: Callable[[Resource], str]
+    prefix: str = ""
+
+
+TARGETS = (
+    Target(ROOT / "crds", render),
+    Target(ROOT / "charts" / "gregor-operator" / "templates", render_for_chart, "crd-"),
+)
+"""Where the CRDs are written: `crds/`, for `kubectl apply --server-side -f crds/`, and the
+operator's chart."""
+
+
+def target_path(target: Target, resource: Resource) -> Path:
+    return target.directory / f"{target.prefix}{resource.file_name}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m gregor_operator.crds", description=__doc__.split("\n")[0]
@@ -249,8 +290,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     stale = []
     for target in TARGETS:
         for resource in RESOURCES:
-            path = target / resource.file_name
-            text = render(resource)
+            path = target_path(target, resource)
+            text = target.render(resource)
             current = path.read_text() if path.exists() else None
             if current == text:
                 continue

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from gregor_operator.crds import RESOURCES, TARGETS, crd, render
+from gregor_operator.crds import RESOURCES, TARGETS, crd, target_path
 from gregor_operator.models import KafkaCluster, Topic, User
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -42,9 +42,9 @@ def refusal(build: Any, **spec: Any) -> str:
 @pytest.mark.parametrize("resource", RESOURCES, ids=lambda r: r.kind)
 def test_the_committed_crds_are_what_the_models_generate(resource: Any) -> None:
     for target in TARGETS:
-        path = target / resource.file_name
+        path = target_path(target, resource)
         assert path.exists(), f"{path} is missing: run `make crds`"
-        assert path.read_text() == render(resource), f"{path} is stale: run `make crds`"
+        assert path.read_text() == target.render(resource), f"{path} is stale: run `make crds`"
 
 
 def _walk(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:

@@ -1,0 +1,63 @@
+{{/* The release's full name: the release name, with the chart's unless it already has it. */}}
+{{- define "gregor-operator.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gregor-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "gregor-operator.labels" -}}
+{{ include "gregor-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "gregor-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "gregor-operator.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* What the operator may do to the resources it owns and the objects it makes of them. */}}
+{{- define "gregor-operator.rules" -}}
+- apiGroups: [gregor.dev]
+  resources: [kafkaclusters, topics, users]
+  verbs: [get, list, watch, patch, update]
+- apiGroups: [gregor.dev]
+  resources: [kafkaclusters/status, topics/status, users/status]
+  verbs: [get, patch, update]
+- apiGroups: [gregor.dev]
+  resources: [kafkaclusters/finalizers, topics/finalizers, users/finalizers]
+  verbs: [update]
+- apiGroups: [apps]
+  resources: [statefulsets]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [""]
+  resources: [services, configmaps, secrets, serviceaccounts]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [""]
+  # Rolling restarts delete one pod at a time; claims are read, never deleted.
+  resources: [pods]
+  verbs: [get, list, watch, delete]
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
+  verbs: [get, list, watch]
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: ["", events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+- apiGroups: [kopf.dev]
+  resources: [kopfpeerings]
+  verbs: [get, list, watch, patch]
+{{- end -}}

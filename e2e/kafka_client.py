@@ -1,0 +1,146 @@
+"""A Kafka client for the e2e tier's client pod (confluent-kafka, as the broker image ships
+it): the Helm test copies this file into a pod inside the cluster, where the brokers' names
+resolve, and runs its commands with `kubectl exec`. Each prints one JSON line.
+
+  produce TOPIC COUNT            COUNT records, acks=all, idempotent; what was acknowledged
+  produce-until TOPIC STOP LOG   records until the file STOP exists, each acknowledged value
+                                 appended to LOG; then how many and the errors
+  consume TOPIC                  every record from the start (until 15 s bring nothing new):
+                                 the numbers, and any other values
+  config TOPIC                   the topic's configs as DescribeConfigs gives them
+
+Only the standard library and confluent-kafka: it runs outside the project's environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import uuid
+
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource
+
+BOOTSTRAP = os.environ["BOOTSTRAP"]
+QUIET = {"log_level": 3}
+
+
+def _producer() -> Producer:
+    return Producer(
+        {
+            "bootstrap.servers": BOOTSTRAP,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "message.timeout.ms": 300_000,
+            **QUIET,
+        }
+    )
+
+
+def produce(topic: str, count: int) -> dict[str, object]:
+    producer = _producer()
+    acknowledged: list[int] = []
+    errors: list[str] = []
+
+    def done(error: object, message: object) -> None:
+        if error is not None:
+            errors.append(str(error))
+        else:
+            acknowledged.append(int(message.value()))  # type: ignore[attr-defined]
+
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, value=str(i).encode(), on_delivery=done)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        producer.poll(0)
+    left = producer.flush(120)
+    return {"acknowledged": len(acknowledged), "errors": errors[:5], "unsent": left}
+
+
+def produce_until(topic: str, stop: str, log: str) -> dict[str, object]:
+    producer = _producer()
+    errors: list[str] = []
+    acknowledged = 0
+    with open(log, "a") as out:
+
+        def done(error: object, message: object) -> None:
+            nonlocal acknowledged
+            if error is not None:
+                errors.append(str(error))
+            else:
+                acknowledged += 1
+                out.write(message.value().decode() + "\n")  # type: ignore[attr-defined]
+                out.flush()
+
+        sent = 0
+        while not os.path.exists(stop):
+            producer.produce(topic, value=str(sent).encode(), on_delivery=done)
+            sent += 1
+            producer.poll(0.02)  # about 50 records a second
+        left = producer.flush(120)
+    return {"sent": sent, "acknowledged": acknowledged, "errors": errors[:5], "unsent": left}
+
+
+def consume(topic: str) -> dict[str, object]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": BOOTSTRAP,
+            "group.id": f"e2e-{uuid.uuid4()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            **QUIET,
+        }
+    )
+    consumer.subscribe([topic])
+    values: list[int] = []
+    others: list[str] = []
+    quiet_since = time.monotonic()
+    while time.monotonic() - quiet_since < 15:
+        message = consumer.poll(0.5)
+        if message is None:
+            continue
+        if message.error() is not None:
+            raise KafkaException(message.error())
+        value = (message.value() or b"").decode()
+        if value.isdigit():
+            values.append(int(value))
+        else:
+            others.append(value)
+        quiet_since = time.monotonic()
+    consumer.close()
+    return {"count": len(values), "values": sorted(set(values)), "others": others}
+
+
+def config(topic: str) -> dict[str, object]:
+    admin = AdminClient({"bootstrap.servers": BOOTSTRAP, **QUIET})
+    resource = ConfigResource("topic", topic)
+    described = admin.describe_configs([resource])[resource].result(30)
+    return {name: entry.value for name, entry in described.items()}
+
+
+def main(argv: list[str]) -> int:
+    command, topic, *rest = argv
+    if command == "produce":
+        result = produce(topic, int(rest[0]))
+    elif command == "produce-until":
+        result = produce_until(topic, rest[0], rest[1])
+    elif command == "consume":
+        result = consume(topic)
+    elif command == "config":
+        result = config(topic)
+    else:
+        print(f"unknown command {command}", file=sys.stderr)
+        return 2
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

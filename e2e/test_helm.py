@@ -1,0 +1,446 @@
+"""The whole stack as a user runs it: `helm install` the operator's chart with the images from
+`make images`, `kubectl apply` the examples (3 controllers and 3 brokers, a Topic), and use
+the cluster from a client pod inside Kubernetes. Then the day-one operations: a topic config
+change, a re-apply that changes nothing, a topic deleted, and `helm upgrade` to a new broker
+image, which rolls every node one at a time under an acks=all producer that loses nothing.
+
+The README's "Run on Kubernetes" section is these steps. The tests share one release and one
+cluster (bringing them up is the slow part), so they run in order."""
+
+from __future__ import annotations
+
+import functools
+import json
+import secrets
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e.conftest import ARTIFACTS, Kubectl, _collect
+from e2e.test_operator import condition, eventually, get
+from localkube.build import ensure_binaries
+from localkube.cluster import load_images
+from localkube.versions import KUBERNETES_VERSION
+
+# Building and loading the images, a 6-node cluster and a rolling restart take minutes.
+pytestmark = pytest.mark.timeout(1200)
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "charts" / "gregor-operator"
+EXAMPLES = ROOT / "examples"
+CLUSTER = "gregor"
+TOPIC = "orders"
+READY_WITHIN_S = 300.0
+"""Strimzi's system tests allow 14 minutes; the 3 + 3 example is Ready in about a minute here."""
+ROLL_WITHIN_S = 600.0
+RECORDS = 10_000
+KUBE_VERSION = f"--kube-version={KUBERNETES_VERSION}"
+"""`helm template` renders for the pinned release (left alone, it assumes an old one)."""
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    return str(ensure_binaries(log=lambda _: None, only=["helm"]).helm)
+
+
+@pytest.fixture(scope="module")
+def images(broker_image: str, operator_image: str) -> tuple[str, str]:
+    return broker_image, operator_image
+
+
+@pytest.fixture(scope="module")
+def release(
+    request: pytest.FixtureRequest,
+    helm: str,
+    kubectl: Kubectl,
+    kubeconfig: Path,
+    images: tuple[str, str],
+) -> Iterator[Release]:
+    """The chart installed in a namespace of its own, watching another, where the cluster
+    runs; uninstalled at the end (after the cluster's resources, while its finalizers can
+    still be served)."""
+    suffix = secrets.token_hex(2)
+    system, apps = f"e2e-helm-system-{suffix}", f"e2e-helm-apps-{suffix}"
+    for name in (system, apps):
+        kubectl("create", "namespace", name)
+    release = Release(helm, kubeconfig, f"gregor-{suffix}", system, apps)
+    release.adopt_crds(kubectl)
+    release.run("install", *release.values(*images), "--wait", "--timeout=3m")
+    yield release
+    if request.session.testsfailed:
+        for name in (system, apps):
+            _collect(name, kubectl)
+    kubectl("delete", "topics,kafkaclusters", "--all", "--timeout=120s", namespace=apps)
+    release.run("uninstall", "--wait", "--timeout=2m")
+    for name in (apps, system):
+        kubectl("delete", "namespace", name, "--wait=false")
+
+
+class Release:
+    """One Helm release of the chart, watching one namespace."""
+
+    def __init__(self, helm: str, kubeconfig: Path, name: str, system: str, apps: str) -> None:
+        self.helm, self.kubeconfig = helm, kubeconfig
+        self.name, self.system, self.apps = name, system, apps
+
+    def run(self, command: str, *args: str) -> str:
+        result = subprocess.run(
+            [
+                self.helm,
+                command,
+                self.name,
+                *([str(CHART)] if command in ("install", "upgrade") else []),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--namespace={self.system}",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == 0, f"helm {command}: {result.stderr or result.stdout}"
+        return result.stdout
+
+    def values(self, broker_image: str, operator_image: str) -> list[str]:
+        broker, broker_tag = broker_image.rsplit(":", 1)
+        operator, operator_tag = operator_image.rsplit(":", 1)
+        return [
+            f"--set=image.repository={operator}",
+            f"--set=image.tag={operator_tag}",
+            f"--set=brokerImage.repository={broker}",
+            f"--set=brokerImage.tag={broker_tag}",
+            f"--set=watchNamespaces={{{self.apps}}}",
+            "--set=reconcileIntervalSeconds=3",
+        ]
+
+    def adopt_crds(self, kubectl: Kubectl) -> None:
+        """CRDs applied from `crds/` by hand (or by an earlier release) are handed to this
+        release, as Helm documents it: its labels and annotations on them."""
+        for path in sorted((ROOT / "crds").glob("*.yaml")):
+            name = yaml.safe_load(path.read_text())["metadata"]["name"]
+            if not kubectl("get", "crd", name, "--ignore-not-found", "-o", "name").strip():
+                continue
+            kubectl("label", "--overwrite", "crd", name, "app.kubernetes.io/managed-by=Helm")
+            kubectl(
+                "annotate",
+                "--overwrite",
+                "crd",
+                name,
+                f"meta.helm.sh/release-name={self.name}",
+                f"meta.helm.sh/release-namespace={self.system}",
+            )
+
+
+# -- the chart on its own ---------------------------------------------------------------------
+
+
+def test_the_chart_lints_and_its_objects_are_what_the_api_server_accepts(
+    helm: str, kubectl: Kubectl
+) -> None:
+    """`helm lint` is clean, and what `helm template` renders (watching every namespace, or
+    two) passes the API server's strict validation of the pinned Kubernetes release."""
+    lint = subprocess.run(
+        [helm, "lint", "--strict", str(CHART)], capture_output=True, text=True, check=False
+    )
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    # kopf's peering CRDs (the chart's crds/) must exist for its peering objects to validate.
+    kubectl("apply", "--server-side", "-f", str(CHART / "crds"))
+    for variant in ([], ["--set=watchNamespaces={default,kube-public}", "--set=replicas=2"]):
+        rendered = subprocess.run(
+            [helm, "template", "check", str(CHART), KUBE_VERSION, *variant],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        kinds = sorted(d["kind"] for d in yaml.safe_load_all(rendered) if d)
+        assert kinds.count("CustomResourceDefinition") == 3, kinds
+        assert "Deployment" in kinds, kinds
+        kubectl("apply", "--dry-run=server", "--validate=strict", "-f", "-", stdin=rendered)
+
+
+def test_invalid_values_are_refused_naming_the_value(helm: str) -> None:
+    for values, named in (
+        (["--set=replicas=-1"], "replicas"),
+        (["--set=metrics.port=8080"], "metrics/port"),
+        (["--set=watchNamespaces={Not_A_Namespace}"], "watchNamespaces"),
+        (["--set=brokerImag.tag=x"], "brokerImag"),
+    ):
+        result = subprocess.run(
+            [helm, "template", "check", str(CHART), KUBE_VERSION, *values],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode != 0, values
+        assert named in result.stderr, result.stderr
+
+
+# -- installed ------------------------------------------------------------------------------
+
+
+def _ready(kubectl: Kubectl, namespace: str, kind: str, name: str) -> dict[str, Any] | None:
+    """The resource, once its status is Ready and says so of its current generation."""
+    found = get(kubectl, namespace, kind, name)
+    if found is None:
+        return None
+    ready = condition(found, "Ready")
+    observed = (found.get("status") or {}).get("observedGeneration")
+    if ready is None or ready["status"] != "True" or observed != found["metadata"]["generation"]:
+        return None
+    return found
+
+
+def test_helm_install_runs_the_operator_and_the_example_cluster_becomes_ready(
+    release: Release, kubectl: Kubectl, broker_image: str
+) -> None:
+    apps = release.apps
+    deployment = json.loads(
+        kubectl(
+            "get", "deployment", f"{release.name}-gregor-operator", "-o", "json",
+            namespace=release.system,
+        )
+    )  # fmt: skip
+    assert deployment["status"]["readyReplicas"] == 1
+    started = time.monotonic()
+    kubectl("apply", "--server-side", "-f", str(EXAMPLES / "kafkacluster.yaml"), namespace=apps)
+    cluster = eventually(
+        "the example KafkaCluster to be Ready",
+        functools.partial(_ready, kubectl, apps, "kafkacluster", CLUSTER),
+        timeout=READY_WITHIN_S,
+    )
+    took = time.monotonic() - started
+    _record("kafkacluster_3_3_ready_s", took)
+    status = cluster["status"]
+    assert status["readyNodes"] == "6/6"
+    assert status["observedGeneration"] == cluster["metadata"]["generation"]
+    assert sorted((n["nodeId"], n["roles"]) for n in status["nodes"]) == [
+        (0, ["broker"]),
+        (1, ["broker"]),
+        (2, ["broker"]),
+        (1000, ["controller"]),
+        (1001, ["controller"]),
+        (1002, ["controller"]),
+    ]
+    listed = kubectl("get", "kc", namespace=apps)
+    for shown in ("True", "6/6", f"{CLUSTER}-bootstrap.{apps}.svc"):
+        assert shown in listed, listed
+    _client_pod(kubectl, apps, status["listeners"][0]["bootstrapServers"], broker_image)
+
+
+def _client_pod(kubectl: Kubectl, namespace: str, bootstrap: str, image: str) -> None:
+    """A pod of the broker image with `kafka_client.py`, for `kubectl exec`."""
+    kubectl(
+        "create", "configmap", "kafka-client",
+        f"--from-file=kafka_client.py={Path(__file__).with_name('kafka_client.py')}",
+        namespace=namespace,
+    )  # fmt: skip
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "client"},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "client",
+                    "image": image,
+                    "command": ["python3", "-c", "import time; time.sleep(1e9)"],
+                    "env": [{"name": "BOOTSTRAP", "value": bootstrap}],
+                    "volumeMounts": [{"name": "client", "mountPath": "/client"}],
+                }
+            ],
+            "volumes": [{"name": "client", "configMap": {"name": "kafka-client"}}],
+        },
+    }
+    kubectl("apply", "-f", "-", namespace=namespace, stdin=json.dumps(pod))
+    kubectl("wait", "--for=condition=Ready", "pod/client", "--timeout=120s", namespace=namespace)
+
+
+def _client(kubectl: Kubectl, namespace: str, *args: str) -> Any:
+    said = kubectl(
+        "exec", "client", "--", "python3", "/client/kafka_client.py", *args, namespace=namespace
+    )
+    return json.loads(said.splitlines()[-1])
+
+
+def test_a_topic_takes_records_follows_its_spec_and_goes_when_deleted(
+    release: Release, kubectl: Kubectl, images: tuple[str, str]
+) -> None:
+    broker_image = images[0]
+    apps = release.apps
+    kubectl("apply", "--server-side", "-f", str(EXAMPLES / "topic.yaml"), namespace=apps)
+    topic = eventually(
+        "the Topic to be Ready", functools.partial(_ready, kubectl, apps, "topic", TOPIC)
+    )
+    assert (topic["status"]["partitions"], topic["status"]["replicas"]) == (6, 3)
+    listed = kubectl("get", "kc,kt", namespace=apps)
+    assert TOPIC in listed, listed
+
+    # The README's client, as a user runs it.
+    said = kubectl(
+        "run", "readme-client", "--rm", "-i", "--restart=Never", f"--image={broker_image}",
+        "--command", "--", "python3", "-", namespace=apps, stdin=_readme_client(),
+    )  # fmt: skip
+    assert "hello, Gregor" in said, said
+
+    produced = _client(kubectl, apps, "produce", TOPIC, str(RECORDS))
+    assert produced == {"acknowledged": RECORDS, "errors": [], "unsent": 0}, produced
+    consumed = _client(kubectl, apps, "consume", TOPIC)
+    assert consumed["count"] == RECORDS
+    assert consumed["values"] == list(range(RECORDS))
+    assert consumed["others"] == ["hello, Gregor"]
+
+    # retention.ms changes in the manifest, re-applied as a GitOps tool would.
+    document = yaml.safe_load((EXAMPLES / "topic.yaml").read_text())
+    document["spec"]["config"]["retention.ms"] = 3_600_000
+    kubectl("apply", "--server-side", "-f", "-", namespace=apps, stdin=json.dumps(document))
+    eventually(
+        "retention.ms in DescribeConfigs",
+        lambda: _client(kubectl, apps, "config", TOPIC).get("retention.ms") == "3600000",
+        timeout=60,
+    )
+
+    # Applying the same manifests again changes nothing, and `kubectl diff` finds nothing.
+    for manifest in (EXAMPLES / "kafkacluster.yaml", EXAMPLES / "topic.yaml"):
+        kubectl("apply", "--server-side", "-f", str(manifest), namespace=apps)
+        kubectl("diff", "--server-side", "-f", str(manifest), namespace=apps)
+    eventually("the Topic to settle", functools.partial(_ready, kubectl, apps, "topic", TOPIC))
+
+    kubectl("delete", "topic", TOPIC, "--timeout=60s", namespace=apps)
+    eventually(
+        "the topic to be gone from the cluster",
+        lambda: "UNKNOWN_TOPIC" in json.dumps(_describe_or_error(kubectl, apps)),
+        timeout=60,
+    )
+
+
+def _readme_client() -> str:
+    """The Python program of the README's `kubectl run client` step."""
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("python3 - <<'EOF'\n") + len("python3 - <<'EOF'\n")
+    return readme[start : readme.index("\nEOF\n", start)] + "\n"
+
+
+def _describe_or_error(kubectl: Kubectl, namespace: str) -> Any:
+    try:
+        return _client(kubectl, namespace, "config", TOPIC)
+    except AssertionError as exc:
+        return str(exc)
+
+
+def test_helm_upgrade_to_a_new_broker_image_rolls_every_node_one_at_a_time_losing_nothing(
+    release: Release, kubectl: Kubectl, images: tuple[str, str]
+) -> None:
+    broker_image = images[0]
+    apps = release.apps
+    rolled = f"{broker_image.rsplit(':', 1)[0]}:e2e-roll"
+    subprocess.run(["docker", "tag", broker_image, rolled], check=True)
+    assert load_images([rolled], log=lambda _: None) is not None
+    topic = yaml.safe_load((EXAMPLES / "topic.yaml").read_text())
+    topic["metadata"]["name"] = "rolling"
+    kubectl("apply", "--server-side", "-f", "-", namespace=apps, stdin=json.dumps(topic))
+    eventually(
+        "the Topic to be Ready", functools.partial(_ready, kubectl, apps, "topic", "rolling")
+    )
+    before = _pods(kubectl, apps)
+    assert len(before) == 6, before
+    assert all(ready for _, ready in before.values()), before
+    kubectl(
+        "exec", "client", "--", "sh", "-c",
+        "rm -f /tmp/stop /tmp/acked; nohup python3 /client/kafka_client.py produce-until "
+        "rolling /tmp/stop /tmp/acked > /tmp/producer.json 2> /tmp/producer.log &",
+        namespace=apps,
+    )  # fmt: skip
+    time.sleep(3)
+    values = release.values(*images)
+    values[3] = "--set=brokerImage.tag=e2e-roll"
+    release.run("upgrade", *values, "--wait", "--timeout=3m")
+
+    # Watch the roll: every pod is replaced, one at a time (a pod is being replaced from its
+    # deletion until its successor is first Ready), and never more than one broker is out of
+    # service. Controllers may all be unready for the moment their quorum elects a leader.
+    started = time.monotonic()
+    timeline: list[tuple[int, list[str], list[str]]] = []
+    successors_ready: set[str] = set()
+    while True:
+        now = _pods(kubectl, apps)
+        successors_ready |= {
+            n for n in before if n in now and now[n][0] != before[n][0] and now[n][1]
+        }
+        replacing = sorted(
+            name
+            for name in before
+            if name not in now or (now[name][0] != before[name][0] and name not in successors_ready)
+        )
+        brokers_down = sorted(
+            name for name in before if "broker" in name and (name not in now or not now[name][1])
+        )
+        if replacing or brokers_down:
+            timeline.append((round(time.monotonic() - started), replacing, brokers_down))
+        replaced = all(name in now and now[name][0] != before[name][0] for name in before)
+        if replaced and not replacing and _ready(kubectl, apps, "kafkacluster", CLUSTER):
+            break
+        assert time.monotonic() - started < ROLL_WITHIN_S, f"not rolled: {now}"
+        time.sleep(1)
+    _record("helm_upgrade_roll_6_nodes_s", time.monotonic() - started)
+    assert max(len(r) for _, r, _ in timeline) == 1, f"(s, replacing, brokers down): {timeline}"
+    assert max(len(b) for _, _, b in timeline) <= 1, f"(s, replacing, brokers down): {timeline}"
+    running = {
+        c["image"]
+        for name in before
+        for c in json.loads(kubectl("get", "pod", name, "-o", "json", namespace=apps))["spec"][
+            "containers"
+        ]
+    }
+    assert running == {rolled}
+
+    time.sleep(3)
+    kubectl("exec", "client", "--", "touch", "/tmp/stop", namespace=apps)
+    result = eventually(
+        "the producer to finish",
+        lambda: _read_json(kubectl, apps, "/tmp/producer.json"),
+        timeout=180,
+    )
+    assert (result["errors"], result["unsent"]) == ([], 0), result
+    acked = {
+        int(v) for v in kubectl("exec", "client", "--", "cat", "/tmp/acked", namespace=apps).split()
+    }
+    assert len(acked) == result["acknowledged"] > 0
+    consumed = _client(kubectl, apps, "consume", "rolling")
+    assert not acked - set(consumed["values"]), f"lost {len(acked - set(consumed['values']))}"
+
+
+def _read_json(kubectl: Kubectl, namespace: str, path: str) -> Any:
+    text = kubectl("exec", "client", "--", "cat", path, namespace=namespace).strip()
+    return json.loads(text.splitlines()[-1]) if text else None
+
+
+def _pods(kubectl: Kubectl, namespace: str) -> dict[str, tuple[str, bool]]:
+    """The cluster's pods: name -> (uid, ready)."""
+    found = json.loads(
+        kubectl("get", "pods", "-l", f"gregor.dev/cluster={CLUSTER}", "-o", "json",
+                namespace=namespace)
+    )  # fmt: skip
+    pods = {}
+    for pod in found["items"]:
+        if pod["metadata"].get("deletionTimestamp"):
+            continue
+        conditions = pod.get("status", {}).get("conditions") or []
+        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+        pods[pod["metadata"]["name"]] = (pod["metadata"]["uid"], ready)
+    return pods
+
+
+def _record(name: str, seconds: float) -> None:
+    """A figure for docs/: printed, and kept under var/e2e/timings.json."""
+    print(f"{name} = {seconds:.0f}")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / "timings.json"
+    timings = json.loads(path.read_text()) if path.exists() else {}
+    timings[name] = round(seconds, 1)
+    path.write_text(json.dumps(timings, indent=2))
