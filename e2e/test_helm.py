@@ -229,6 +229,9 @@ def test_helm_install_runs_the_operator_and_the_example_cluster_becomes_ready(
     listed = kubectl("get", "kc", namespace=apps)
     for shown in ("True", "6/6", f"{CLUSTER}-bootstrap.{apps}.svc"):
         assert shown in listed, listed
+    # The chart's default log format: a JSON object per line, for log collectors.
+    logs = kubectl("logs", f"deployment/{release.name}-gregor-operator", namespace=release.system)
+    assert all("message" in json.loads(line) for line in logs.splitlines() if line), logs[-2000:]
     _client_pod(kubectl, apps, status["listeners"][0]["bootstrapServers"], broker_image)
 
 

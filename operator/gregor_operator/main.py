@@ -38,6 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--metrics-port", type=int, default=8081, help="Prometheus metrics on this port; 0: none"
     )
     parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="json: one JSON object per line, with the namespace and name of the resource a "
+        "line is about (for log collectors); the level is `gregor --log-level`",
+    )
+    parser.add_argument(
         "--peering",
         metavar="NAME",
         help="run as one of several replicas: only the one holding the peering NAME "
@@ -50,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
     from . import handlers  # noqa: F401, PLC0415 - registers the handlers with kopf
 
+    configure_logging(args.log_format)
     if args.metrics_port:
         start_http_server(args.metrics_port)
         log.info("operator metrics on :%d/metrics", args.metrics_port)
@@ -61,3 +69,19 @@ def run(args: argparse.Namespace) -> int:
         peering_name=args.peering,
     )
     return 0
+
+
+def configure_logging(log_format: str) -> None:
+    """kopf's formatter, which names the resource a line is about, in JSON when asked; and
+    kopf's "handler succeeded" lines, one per reconciliation, only at DEBUG: the operator
+    logs what it did itself."""
+    import kopf  # noqa: PLC0415 - as in `run`
+
+    root = logging.getLogger()
+    level = root.level
+    if log_format == "json":
+        root.handlers.clear()  # `gregor`'s text handler: kopf's takes its place
+        kopf.configure(log_format=kopf.LogFormat.JSON, log_refkey="object")
+        root.setLevel(level)
+    if level > logging.DEBUG:
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
