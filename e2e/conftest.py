@@ -93,19 +93,20 @@ def python_image(kubeconfig: Path) -> str:
 @pytest.fixture(scope="session")
 def broker_image(kubeconfig: Path) -> str:
     """`gregor-broker:dev`, built from this checkout and loaded into the cluster's runtime."""
-    if os.environ.get(EXTERNAL):
-        return f"gregor-broker:{PROJECT_TAG}"
-    tags = build_project_images(ensure_base_image(), ["broker"])
-    _load(tags, kubeconfig)
-    return tags[0]
+    return _project_image("broker", kubeconfig)
 
 
 @pytest.fixture(scope="session")
 def operator_image(kubeconfig: Path) -> str:
     """`gregor-operator:dev`, built from this checkout and loaded into the cluster's runtime."""
+    return _project_image("operator", kubeconfig)
+
+
+def _project_image(name: str, kubeconfig: Path) -> str:
+    """`gregor-<name>:dev`: built and loaded here, or expected on another cluster already."""
     if os.environ.get(EXTERNAL):
-        return f"gregor-operator:{PROJECT_TAG}"
-    tags = build_project_images(ensure_base_image(), ["operator"])
+        return f"gregor-{name}:{PROJECT_TAG}"
+    tags = build_project_images(ensure_base_image(), [name])
     _load(tags, kubeconfig)
     return tags[0]
 
@@ -154,7 +155,7 @@ def namespace(
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     yield name
     if request.node.stash.get(_FAILED, False):
-        _collect(name, kubectl)
+        collect_artifacts(name, kubectl)
     core.delete_namespace(name)
 
 
@@ -190,7 +191,7 @@ def _summary(namespace: str, kubectl: Kubectl) -> str:
     return "\n".join(parts)
 
 
-def _collect(namespace: str, kubectl: Kubectl) -> None:
+def collect_artifacts(namespace: str, kubectl: Kubectl) -> None:
     """Events, descriptions and every container's logs of a failed test's namespace."""
     folder = ARTIFACTS / namespace
     folder.mkdir(parents=True, exist_ok=True)

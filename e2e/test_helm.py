@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.conftest import ARTIFACTS, Kubectl, _collect
-from e2e.test_operator import condition, eventually, get
+from e2e.conftest import ARTIFACTS, Kubectl, collect_artifacts
+from e2e.resources import eventually, get, ready
 from localkube.build import ensure_binaries
 from localkube.cluster import load_images
 from localkube.versions import KUBERNETES_VERSION
@@ -74,7 +74,7 @@ def release(
     yield release
     if request.session.testsfailed:
         for name in (system, apps):
-            _collect(name, kubectl)
+            collect_artifacts(name, kubectl)
     kubectl("delete", "topics,kafkaclusters", "--all", "--timeout=120s", namespace=apps)
     release.run("uninstall", "--wait", "--timeout=2m")
     for name in (apps, system):
@@ -183,18 +183,6 @@ def test_invalid_values_are_refused_naming_the_value(helm: str) -> None:
 # -- installed ------------------------------------------------------------------------------
 
 
-def _ready(kubectl: Kubectl, namespace: str, kind: str, name: str) -> dict[str, Any] | None:
-    """The resource, once its status is Ready and says so of its current generation."""
-    found = get(kubectl, namespace, kind, name)
-    if found is None:
-        return None
-    ready = condition(found, "Ready")
-    observed = (found.get("status") or {}).get("observedGeneration")
-    if ready is None or ready["status"] != "True" or observed != found["metadata"]["generation"]:
-        return None
-    return found
-
-
 def test_helm_install_runs_the_operator_and_the_example_cluster_becomes_ready(
     release: Release, kubectl: Kubectl, broker_image: str
 ) -> None:
@@ -210,7 +198,7 @@ def test_helm_install_runs_the_operator_and_the_example_cluster_becomes_ready(
     kubectl("apply", "--server-side", "-f", str(EXAMPLES / "kafkacluster.yaml"), namespace=apps)
     cluster = eventually(
         "the example KafkaCluster to be Ready",
-        functools.partial(_ready, kubectl, apps, "kafkacluster", CLUSTER),
+        functools.partial(ready, kubectl, apps, "kafkacluster", CLUSTER),
         timeout=READY_WITHIN_S,
     )
     took = time.monotonic() - started
@@ -278,7 +266,7 @@ def test_a_topic_takes_records_follows_its_spec_and_goes_when_deleted(
     apps = release.apps
     kubectl("apply", "--server-side", "-f", str(EXAMPLES / "topic.yaml"), namespace=apps)
     topic = eventually(
-        "the Topic to be Ready", functools.partial(_ready, kubectl, apps, "topic", TOPIC)
+        "the Topic to be Ready", functools.partial(ready, kubectl, apps, "topic", TOPIC)
     )
     assert (topic["status"]["partitions"], topic["status"]["replicas"]) == (6, 3)
     listed = kubectl("get", "kc,kt", namespace=apps)
@@ -308,11 +296,21 @@ def test_a_topic_takes_records_follows_its_spec_and_goes_when_deleted(
         timeout=60,
     )
 
-    # Applying the same manifests again changes nothing, and `kubectl diff` finds nothing.
-    for manifest in (EXAMPLES / "kafkacluster.yaml", EXAMPLES / "topic.yaml"):
-        kubectl("apply", "--server-side", "-f", str(manifest), namespace=apps)
-        kubectl("diff", "--server-side", "-f", str(manifest), namespace=apps)
-    eventually("the Topic to settle", functools.partial(_ready, kubectl, apps, "topic", TOPIC))
+    # What a GitOps tool sees once the operator has reconciled the manifests it applied:
+    # `kubectl diff` finds nothing to flag, and applying them again changes nothing.
+    eventually("the Topic to settle", functools.partial(ready, kubectl, apps, "topic", TOPIC))
+    manifests = {
+        ("kafkacluster", CLUSTER): (EXAMPLES / "kafkacluster.yaml").read_text(),
+        ("topic", TOPIC): json.dumps(document),
+    }
+    for (kind, name), manifest in manifests.items():
+        before = ready(kubectl, apps, kind, name)
+        assert before is not None, f"{kind}/{name} is not Ready"
+        kubectl("diff", "--server-side", "-f", "-", namespace=apps, stdin=manifest)
+        kubectl("apply", "--server-side", "-f", "-", namespace=apps, stdin=manifest)
+        after = get(kubectl, apps, kind, name)
+        assert after is not None
+        assert after["metadata"]["generation"] == before["metadata"]["generation"], kind
 
     kubectl("delete", "topic", TOPIC, "--timeout=60s", namespace=apps)
     eventually(
@@ -347,12 +345,10 @@ def test_helm_upgrade_to_a_new_broker_image_rolls_every_node_one_at_a_time_losin
     topic = yaml.safe_load((EXAMPLES / "topic.yaml").read_text())
     topic["metadata"]["name"] = "rolling"
     kubectl("apply", "--server-side", "-f", "-", namespace=apps, stdin=json.dumps(topic))
-    eventually(
-        "the Topic to be Ready", functools.partial(_ready, kubectl, apps, "topic", "rolling")
-    )
+    eventually("the Topic to be Ready", functools.partial(ready, kubectl, apps, "topic", "rolling"))
     before = _pods(kubectl, apps)
     assert len(before) == 6, before
-    assert all(ready for _, ready in before.values()), before
+    assert all(up for _, up in before.values()), before
     kubectl(
         "exec", "client", "--", "sh", "-c",
         "rm -f /tmp/stop /tmp/acked; nohup python3 /client/kafka_client.py produce-until "
@@ -360,9 +356,7 @@ def test_helm_upgrade_to_a_new_broker_image_rolls_every_node_one_at_a_time_losin
         namespace=apps,
     )  # fmt: skip
     time.sleep(3)
-    values = release.values(*images)
-    values[3] = "--set=brokerImage.tag=e2e-roll"
-    release.run("upgrade", *values, "--wait", "--timeout=3m")
+    release.run("upgrade", *release.values(rolled, images[1]), "--wait", "--timeout=3m")
 
     # Watch the roll: every pod is replaced, one at a time (a pod is being replaced from its
     # deletion until its successor is first Ready), and never more than one broker is out of
@@ -386,7 +380,7 @@ def test_helm_upgrade_to_a_new_broker_image_rolls_every_node_one_at_a_time_losin
         if replacing or brokers_down:
             timeline.append((round(time.monotonic() - started), replacing, brokers_down))
         replaced = all(name in now and now[name][0] != before[name][0] for name in before)
-        if replaced and not replacing and _ready(kubectl, apps, "kafkacluster", CLUSTER):
+        if replaced and not replacing and ready(kubectl, apps, "kafkacluster", CLUSTER):
             break
         assert time.monotonic() - started < ROLL_WITHIN_S, f"not rolled: {now}"
         time.sleep(1)
@@ -434,8 +428,8 @@ def _pods(kubectl: Kubectl, namespace: str) -> dict[str, tuple[str, bool]]:
         if pod["metadata"].get("deletionTimestamp"):
             continue
         conditions = pod.get("status", {}).get("conditions") or []
-        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-        pods[pod["metadata"]["name"]] = (pod["metadata"]["uid"], ready)
+        up = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+        pods[pod["metadata"]["name"]] = (pod["metadata"]["uid"], up)
     return pods
 
 

@@ -15,9 +15,8 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +24,11 @@ import pytest
 import yaml
 
 from e2e.conftest import ARTIFACTS, Kubectl
+from e2e.resources import condition, eventually, get
 from tests.support.nodes import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER = "gregor-dev"
-TIMEOUT_S = 120.0
 
 
 @pytest.fixture
@@ -73,28 +72,6 @@ def operator(
         (kept / "operator.log").write_text((tmp_path / "operator.log").read_text())
 
 
-def get(kubectl: Kubectl, namespace: str, kind: str, name: str) -> dict[str, Any] | None:
-    try:
-        found: dict[str, Any] = json.loads(
-            kubectl("get", kind, name, "-o", "json", "--show-managed-fields", namespace=namespace)
-        )
-    except AssertionError as exc:
-        if "NotFound" in str(exc):
-            return None
-        raise
-    return found
-
-
-def eventually(what: str, check: Callable[[], Any], timeout: float = TIMEOUT_S) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"not within {timeout:.0f} s: {what}"
-        time.sleep(1)
-
-
 def apply_example(kubectl: Kubectl, namespace: str, change: dict[str, Any] | None = None) -> None:
     document = yaml.safe_load((ROOT / "examples" / "kafkacluster-combined.yaml").read_text())
     document["spec"] |= change or {}
@@ -107,13 +84,6 @@ def apply_example(kubectl: Kubectl, namespace: str, change: dict[str, Any] | Non
         namespace=namespace,
         stdin=json.dumps(document),
     )
-
-
-def condition(resource: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    for found in (resource.get("status") or {}).get("conditions") or []:
-        if found["type"] == kind:
-            return dict(found)
-    return None
 
 
 def test_the_operator_creates_a_clusters_objects_and_keeps_them_as_the_spec_says(

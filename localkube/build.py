@@ -445,9 +445,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BuildError as exc:
         print(exc, file=sys.stderr)
         return 1
-    shown = {b.name.replace("-", "_") for name in names for b in known[name].binaries}
-    for field in dataclasses.fields(binaries):
-        if not names or field.name in shown:
+    if names:
+        root = cache_dir() / "localkube"
+        for name in names:
+            for binary in known[name].binaries:
+                path = component_home(root, known[name]) / "bin" / binary.name
+                print(f"{binary.name:<24} {path}")
+    else:
+        for field in dataclasses.fields(binaries):
             print(f"{field.name:<24} {getattr(binaries, field.name)}")
     print(f"localkube binaries ready in {time.monotonic() - started:.2f}s")
     return 0
