@@ -10,11 +10,13 @@ cluster (bringing them up is the slow part), so they run in order."""
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import secrets
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,8 @@ TOPIC = "orders"
 READY_WITHIN_S = 300.0
 """Strimzi's system tests allow 14 minutes; the 3 + 3 example is Ready in about a minute here."""
 ROLL_WITHIN_S = 600.0
+DNS_TTL_S = 30.0
+"""localkube's CoreDNS `ttl`, as kubeadm's; the chart's `clusterDnsTtlSeconds` default."""
 RECORDS = 10_000
 KUBE_VERSION = f"--kube-version={KUBERNETES_VERSION}"
 """`helm template` renders for the pinned release (left alone, it assumes an old one)."""
@@ -358,35 +362,18 @@ def test_helm_upgrade_to_a_new_broker_image_rolls_every_node_one_at_a_time_losin
     time.sleep(3)
     release.run("upgrade", *release.values(rolled, images[1]), "--wait", "--timeout=3m")
 
-    # Watch the roll: every pod is replaced, one at a time (a pod is being replaced from its
-    # deletion until its successor is first Ready), and never more than one broker is out of
-    # service. Controllers may all be unready for the moment their quorum elects a leader.
-    started = time.monotonic()
-    timeline: list[tuple[int, list[str], list[str]]] = []
-    successors_ready: set[str] = set()
-    while True:
-        now = _pods(kubectl, apps)
-        successors_ready |= {
-            n for n in before if n in now and now[n][0] != before[n][0] and now[n][1]
-        }
-        replacing = sorted(
-            name
-            for name in before
-            if name not in now or (now[name][0] != before[name][0] and name not in successors_ready)
-        )
-        brokers_down = sorted(
-            name for name in before if "broker" in name and (name not in now or not now[name][1])
-        )
-        if replacing or brokers_down:
-            timeline.append((round(time.monotonic() - started), replacing, brokers_down))
-        replaced = all(name in now and now[name][0] != before[name][0] for name in before)
-        if replaced and not replacing and ready(kubectl, apps, "kafkacluster", CLUSTER):
-            break
-        assert time.monotonic() - started < ROLL_WITHIN_S, f"not rolled: {now}"
-        time.sleep(1)
-    _record("helm_upgrade_roll_6_nodes_s", time.monotonic() - started)
+    # Every pod is replaced, one at a time, and never more than one broker is out of service.
+    # Controllers may all be unready for the moment their quorum elects a leader.
+    roll = _watch_roll(kubectl, apps, before)
+    _record("helm_upgrade_roll_6_nodes_s", roll.seconds)
+    timeline = roll.timeline
     assert max(len(r) for _, r, _ in timeline) == 1, f"(s, replacing, brokers down): {timeline}"
     assert max(len(b) for _, _, b in timeline) <= 1, f"(s, replacing, brokers down): {timeline}"
+    # A controller goes only once the one before has been ready for the DNS's TTL (30 s,
+    # less this loop's own lag), so that the voters left can find each other.
+    controllers = sorted((n for n in before if "controller" in n), key=roll.deleted_at.__getitem__)
+    gaps = [roll.deleted_at[b] - roll.ready_at[a] for a, b in itertools.pairwise(controllers)]
+    assert min(gaps) >= DNS_TTL_S - 5, f"controllers {controllers} restarted {gaps} s apart"
     running = {
         c["image"]
         for name in before
@@ -410,6 +397,43 @@ def test_helm_upgrade_to_a_new_broker_image_rolls_every_node_one_at_a_time_losin
     assert len(acked) == result["acknowledged"] > 0
     consumed = _client(kubectl, apps, "consume", "rolling")
     assert not acked - set(consumed["values"]), f"lost {len(acked - set(consumed['values']))}"
+
+
+@dataclass
+class Roll:
+    seconds: float
+    timeline: list[tuple[int, list[str], list[str]]]
+    """(seconds in, pods being replaced, brokers out of service), while any is."""
+    deleted_at: dict[str, float]
+    """When each pod was first seen deleted or replaced (seconds in)."""
+    ready_at: dict[str, float]
+    """When each pod's successor was first seen ready."""
+
+
+def _watch_roll(kubectl: Kubectl, namespace: str, before: dict[str, tuple[str, bool]]) -> Roll:
+    """Watch the pods until each of `before` is replaced and the cluster is Ready again. A
+    pod is being replaced from its deletion until its successor is first Ready."""
+    started = time.monotonic()
+    roll = Roll(0.0, [], {}, {})
+    while True:
+        now = _pods(kubectl, namespace)
+        moment = time.monotonic() - started
+        for name, (uid, _) in before.items():
+            if name not in now or now[name][0] != uid:
+                roll.deleted_at.setdefault(name, moment)
+                if name in now and now[name][1]:
+                    roll.ready_at.setdefault(name, moment)
+        replacing = sorted(n for n in roll.deleted_at if n not in roll.ready_at)
+        brokers_down = sorted(
+            name for name in before if "broker" in name and (name not in now or not now[name][1])
+        )
+        if replacing or brokers_down:
+            roll.timeline.append((round(moment), replacing, brokers_down))
+        if len(roll.ready_at) == len(before) and ready(kubectl, namespace, "kafkacluster", CLUSTER):
+            roll.seconds = time.monotonic() - started
+            return roll
+        assert moment < ROLL_WITHIN_S, f"not rolled: {now}"
+        time.sleep(1)
 
 
 def _read_json(kubectl: Kubectl, namespace: str, path: str) -> Any:

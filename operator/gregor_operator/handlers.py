@@ -9,6 +9,7 @@ never do: decide anything the planner decides.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import functools
 import logging
@@ -27,10 +28,17 @@ from prometheus_client import Counter, Gauge, Histogram
 from broker.node import new_cluster_id
 
 from . import GROUP, VERSION
-from .kafka import admin, broker_facts, carry_out, delete_topic, describe_topic
+from .kafka import (
+    active_controller,
+    admin,
+    broker_facts,
+    carry_out,
+    delete_topic,
+    describe_topic,
+)
 from .kube import Kube
-from .objects import DEFAULT_IMAGE, bootstrap_address
-from .planner import Plan, merge_conditions, plan
+from .objects import DEFAULT_IMAGE, METRICS_PORT, bootstrap_address
+from .planner import DNS_TTL_S, BrokerFacts, Observed, Plan, merge_conditions, plan
 from .topics import TopicPlan, plan_topic, topic_name
 
 __all__ = ["Settings"]
@@ -52,6 +60,11 @@ class Settings:
     )
     """How often every resource is reconciled again: drift is put back and a rolling restart
     moves on within this."""
+    dns_ttl_s: float = field(
+        default_factory=lambda: float(os.environ.get("GREGOR_DNS_TTL_S", str(DNS_TTL_S)))
+    )
+    """How long the cluster DNS may give out a restarted pod's old address (CoreDNS's `ttl`):
+    a rolling restart waits that long between two voters."""
 
 
 SETTINGS = Settings()
@@ -166,6 +179,19 @@ def _bootstrap(body: Mapping[str, Any], namespace: str) -> str:
     return bootstrap_address(body["metadata"]["name"], namespace, SETTINGS.cluster_domain, port)
 
 
+def _with_active_controller(facts: BrokerFacts | None, observed: Observed) -> BrokerFacts | None:
+    """The facts, with the quorum's leader when a voter is to be restarted (the roll leaves
+    it last); the voters are asked only then."""
+    if facts is None:
+        return None
+    updates = {role: s.update_revision for role, s in observed.statefulsets.items()}
+    voters = [pod for pod in observed.pods if pod.pool in ("controller", "combined")]
+    if not any(pod.revision != updates.get(pod.pool) for pod in voters):
+        return facts
+    addresses = {pod.name: f"{pod.ip}:{METRICS_PORT}" for pod in voters if pod.ip}
+    return dataclasses.replace(facts, active_controller=active_controller(addresses))
+
+
 def reconcile_cluster(body: kopf.Body) -> Plan | None:
     """One reconciliation: observe, plan, apply, restart at most one pod, write the status.
     None when another reconciliation of the same cluster is already running."""
@@ -181,6 +207,7 @@ def reconcile_cluster(body: kopf.Body) -> Plan | None:
         observed = adapter.observe(namespace, name)
         everyone_ready = bool(observed.pods) and all(p.ready for p in observed.pods)
         facts = broker_facts(_bootstrap(body, namespace)) if everyone_ready else None
+        facts = _with_active_controller(facts, observed)
         found = plan(
             body,
             namespace=namespace,
@@ -189,6 +216,7 @@ def reconcile_cluster(body: kopf.Body) -> Plan | None:
             facts=facts,
             image=SETTINGS.image,
             cluster_domain=SETTINGS.cluster_domain,
+            dns_ttl_s=SETTINGS.dns_ttl_s,
         )
         for document in found.objects:
             adapter.apply(document)

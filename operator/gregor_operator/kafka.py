@@ -10,6 +10,8 @@ call has a short timeout, and a cluster that does not answer is reported as unre
 from __future__ import annotations
 
 import logging
+import urllib.request
+from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
@@ -24,11 +26,20 @@ from confluent_kafka.admin._config import (
 )
 from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewPartitions, NewTopic
+from prometheus_client.parser import text_string_to_metric_families
 
 from .planner import BrokerFacts
 from .topics import Action, AddPartitions, CreateTopic, KafkaTopic, SetConfigs
 
-__all__ = ["TIMEOUT_S", "admin", "broker_facts", "carry_out", "delete_topic", "describe_topic"]
+__all__ = [
+    "TIMEOUT_S",
+    "active_controller",
+    "admin",
+    "broker_facts",
+    "carry_out",
+    "delete_topic",
+    "describe_topic",
+]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +84,31 @@ def broker_facts(bootstrap: str) -> BrokerFacts | None:
         under_replicated=under,
         active_controller=None,
     )
+
+
+ACTIVE_CONTROLLER_METRIC = "kafka_controller_kafkacontroller_activecontrollercount"
+"""1 on the quorum's leader, 0 on the other voters (Kafka's ActiveControllerCount)."""
+
+
+def active_controller(voters: Mapping[str, str]) -> str | None:
+    """Which of the voters (pod name → `host:port` of its metrics) leads the quorum, as each
+    one's metrics say;
+    None when none says so or they cannot be asked. The Admin API cannot tell: a KRaft
+    cluster's Metadata names a random broker as its controller (KIP-590)."""
+    for pod, address in sorted(voters.items()):
+        url = f"http://{address}/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                text = response.read().decode()
+        except OSError as exc:
+            log.info("could not read %s's metrics at %s: %s", pod, url, exc)
+            continue
+        for family in text_string_to_metric_families(text):
+            if family.name == ACTIVE_CONTROLLER_METRIC and any(
+                sample.value == 1 for sample in family.samples
+            ):
+                return pod
+    return None
 
 
 def _result(futures: dict[Any, Any]) -> Any:

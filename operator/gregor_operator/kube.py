@@ -9,6 +9,7 @@ the cluster id, and deleting a pod to restart it. What it must never do: decide 
 from __future__ import annotations
 
 import base64
+import datetime
 from collections.abc import Mapping
 from typing import Any
 
@@ -79,6 +80,7 @@ class Kube:
                 claims=_claims(found.spec.volume_claim_templates),
             )
         pods = []
+        now = datetime.datetime.now(datetime.UTC)
         found_pods: list[Any] = self.core.list_namespaced_pod(
             namespace, label_selector=selector
         ).items
@@ -95,6 +97,8 @@ class Kube:
                     pool=role,
                     ordinal=int(ordinal),
                     ready=_ready(pod),
+                    ready_for_s=_ready_for(pod, now),
+                    ip=pod.status.pod_ip if pod.status else None,
                     revision=(pod.metadata.labels or {}).get("controller-revision-hash"),
                     deleting=pod.metadata.deletion_timestamp is not None,
                     stuck=_stuck(pod),
@@ -140,6 +144,17 @@ def _claims(templates: list[Any] | None) -> Claims:
 def _ready(pod: Any) -> bool:
     conditions = (pod.status.conditions if pod.status else None) or []
     return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+
+def _ready_for(pod: Any, now: datetime.datetime) -> float:
+    """How long the pod has been ready: 0 when it is not, and when Kubernetes does not say
+    since when (a restart then waits as long as for a pod that just became ready)."""
+    conditions = (pod.status.conditions if pod.status else None) or []
+    for condition in conditions:
+        if condition.type == "Ready" and condition.status == "True":
+            since = condition.last_transition_time
+            return max(0.0, (now - since).total_seconds()) if since is not None else 0.0
+    return 0.0
 
 
 def _stuck(pod: Any) -> str | None:

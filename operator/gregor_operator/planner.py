@@ -20,7 +20,11 @@ A rolling restart follows these rules, one decision per reconciliation:
    under-replicated: its partitions must have an in-sync replica elsewhere.
 6. Controllers go first, then combined nodes, then brokers; within a pool, by ordinal, with
    the active controller last (its restart moves the leadership once, not at every step).
-7. Each restart is a pod deletion: SIGTERM is the broker's controlled shutdown, and the
+7. A voter (a controller or combined node) is restarted only once every other voter has been
+   ready for the cluster DNS's TTL (`dns_ttl_s`). A restarted pod has a new address, and the
+   cluster DNS may hand out the old one that long: two voters that cannot find each other
+   cannot elect a leader when the next restart takes the one they both reach.
+8. Each restart is a pod deletion: SIGTERM is the broker's controlled shutdown, and the
    StatefulSet recreates the pod at the update revision.
 
 Changes Kubernetes or this version cannot carry out safely are refused with a `ChangeRefused`
@@ -81,6 +85,10 @@ STUCK_REASONS = frozenset(
 WAIT_S = 10.0
 """How soon to look again while something is in progress."""
 
+DNS_TTL_S = 30.0
+"""How long the cluster DNS may answer with a pod's old address: CoreDNS's `ttl` and `cache`
+as kubeadm configures them."""
+
 
 @dataclass(frozen=True, slots=True)
 class PodState:
@@ -93,6 +101,9 @@ class PodState:
     deleting: bool = False
     stuck: str | None = None
     """A reason from STUCK_REASONS, when the pod has one."""
+    ready_for_s: float = float("inf")
+    """How long the pod has been ready (its Ready condition's age; 0 when not ready)."""
+    ip: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +128,8 @@ class BrokerFacts:
     """Registered brokers by node id, and their state as the controller sees it."""
     under_replicated: int = 0
     """Partitions whose ISR is smaller than their replica set."""
-    active_controller: int | None = None
+    active_controller: str | None = None
+    """The pod of the quorum's leader, when the operator asked the voters."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +171,7 @@ def plan(
     facts: BrokerFacts | None,
     image: str,
     cluster_domain: str = "cluster.local",
+    dns_ttl_s: float = DNS_TTL_S,
 ) -> Plan:
     metadata = resource.get("metadata", {})
     try:
@@ -188,8 +201,12 @@ def plan(
     claims, refused_claims = _allowed_claims(cluster, observed)
     refused += refused_claims
     objects = desired_objects(target, cluster, replicas, claims)
-    restart = _next_restart(cluster, observed, facts)
-    conditions, requeue = _conditions(cluster, observed, facts, replicas, restart)
+    restart, settling = _next_restart(cluster, observed, facts, dns_ttl_s)
+    conditions, requeue = _conditions(
+        cluster, observed, facts, replicas, restart, settling=settling
+    )
+    if settling is not None and requeue is not None:
+        requeue = min(requeue, settling[0])
     if refused:
         conditions.append(
             ConditionState("ChangeRefused", "True", refused[0][0], "; ".join(m for _, m in refused))
@@ -315,34 +332,45 @@ def _node_id(pool: Pool, ordinal: int) -> int:
 
 
 def _next_restart(
-    cluster: KafkaCluster, observed: Observed, facts: BrokerFacts | None
-) -> Restart | None:
-    """The rules of the module's docstring, in order."""
+    cluster: KafkaCluster, observed: Observed, facts: BrokerFacts | None, dns_ttl_s: float
+) -> tuple[Restart | None, tuple[float, str] | None]:
+    """The rules of the module's docstring, in order; and, when a voter waits for its peers'
+    addresses to settle (rule 7), how much longer and why."""
     by_role = {pool.role: pool for pool in pools(cluster.spec)}
     outdated = [pod for pod in observed.pods if _outdated(pod, observed)]  # 1
     if not outdated or any(pod.deleting for pod in observed.pods):  # 2
-        return None
+        return None, None
     for pod in outdated:  # 3
         if pod.stuck is not None:
-            return Restart(pod.name, f"it is stuck ({pod.stuck}) on an old revision")
+            return Restart(pod.name, f"it is stuck ({pod.stuck}) on an old revision"), None
     if not all(pod.ready for pod in observed.pods):  # 4
-        return None
+        return None, None
 
     def order(pod: PodState) -> tuple[int, bool, int]:
-        pool = by_role.get(pod.pool)
         rank = ("controller", "combined", "broker").index(pod.pool)
-        active = (
-            pool is not None
-            and facts is not None
-            and facts.active_controller == _node_id(pool, pod.ordinal)
-        )
+        active = facts is not None and facts.active_controller == pod.name
         return rank, active, pod.ordinal
 
     pod = min(outdated, key=order)  # 6
     pool = by_role.get(pod.pool)
     if pool is not None and pool.is_broker and (facts is None or facts.under_replicated):  # 5
-        return None
-    return Restart(pod.name, "its configuration or image changed")  # 7
+        return None, None
+    if pool is not None and pool.is_controller:  # 7
+        voters = [
+            other
+            for other in observed.pods
+            if other.name != pod.name and (p := by_role.get(other.pool)) and p.is_controller
+        ]
+        newest = min(voters, key=lambda other: other.ready_for_s, default=None)
+        if newest is not None and newest.ready_for_s < dns_ttl_s:
+            wait = dns_ttl_s - newest.ready_for_s
+            return None, (
+                wait,
+                f"restarting {pod.name} in {wait:.0f} s: {newest.name} was restarted "
+                f"{newest.ready_for_s:.0f} s ago, and the cluster DNS may still give the "
+                f"other voters its old address for up to {dns_ttl_s:.0f} s",
+            )
+    return Restart(pod.name, "its configuration or image changed"), None  # 8
 
 
 # -- status -----------------------------------------------------------------------------------
@@ -358,6 +386,8 @@ def _conditions(
     facts: BrokerFacts | None,
     replicas: Mapping[Role, int],
     restart: Restart | None,
+    *,
+    settling: tuple[float, str] | None = None,
 ) -> tuple[list[ConditionState], float | None]:
     expected = _expected_pods(cluster, replicas)
     ready = [pod for pod in observed.pods if pod.ready and not pod.deleting]
@@ -424,6 +454,8 @@ def _conditions(
         (
             f"restarting {restart.pod}: {restart.reason}"
             if restart is not None
+            else settling[1]
+            if settling is not None
             else ready_condition.message
             if busy
             else "every object is as the spec asks"

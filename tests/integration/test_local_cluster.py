@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
@@ -20,11 +19,8 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from broker.local import CONTROLLER_PORT_OFFSET
-from broker.protocol import ApiKey, ErrorCode, request_type
 from tests.integration.clients import QUIET
-from tests.support.nodes import wait_for_brokers
-from tests.support.requests import fill
-from tests.support.wire import call
+from tests.support.nodes import describe_quorum, wait_for_brokers
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -83,7 +79,7 @@ def test_a_local_cluster_serves_as_one_and_stops_together(
         node_logs = {i: tmp_path / f"node-{i}" / "node.log" for i in (1, 2, 3)}
         wait_for_brokers({i: base + i - 1 for i in (1, 2, 3)}, {1, 2, 3}, 30, node_logs)
         ports = [base + CONTROLLER_PORT_OFFSET + v - 1 for v in voters]
-        quorum = _describe_quorum(ports)
+        quorum = describe_quorum(ports)
         assert {v.replica_id for v in quorum.current_voters} == voters
         # Broker-only nodes replicate the metadata log as observers (the leader lists each
         # once it has fetched from it).
@@ -91,7 +87,7 @@ def test_a_local_cluster_serves_as_one_and_stops_together(
         while {o.replica_id for o in quorum.observers} != {1, 2, 3} - voters:
             assert time.monotonic() < deadline, f"observers: {quorum.observers}"
             time.sleep(0.2)
-            quorum = _describe_quorum(ports)
+            quorum = describe_quorum(ports)
         admin.create_topics([NewTopic("local", 3, 3)], operation_timeout=10)["local"].result(30)
         producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", **QUIET})
         for i in range(100):
@@ -132,23 +128,6 @@ def test_a_local_cluster_serves_as_one_and_stops_together(
             process.wait()
         if process.stdout is not None:
             process.stdout.close()
-
-
-def _describe_quorum(ports: list[int]) -> Any:
-    """DescribeQuorum as the quorum's leader answers it (the voter among `ports` that does)."""
-    body = fill(
-        request_type(ApiKey.DESCRIBE_QUORUM, 2),
-        {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]},
-    )
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        for port in ports:
-            answer: Any = call(("localhost", port), ApiKey.DESCRIBE_QUORUM, 2, body)
-            partition = answer.topics[0].partitions[0]
-            if partition.error_code == ErrorCode.none:
-                return partition
-        time.sleep(0.2)
-    raise AssertionError("no voter answers DescribeQuorum as the leader")
 
 
 @pytest.mark.parametrize(

@@ -19,8 +19,9 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from broker.protocol import ApiKey, request_type
+from broker.protocol import ApiKey, ErrorCode, request_type
 from tests.support.requests import fill
 from tests.support.wire import call
 
@@ -382,3 +383,20 @@ def refused_start(config: Path) -> str:
     )
     assert result.returncode == 1, result.stderr
     return result.stderr
+
+
+def describe_quorum(ports: list[int]) -> Any:
+    """DescribeQuorum as the quorum's leader answers it (the voter among `ports` that does)."""
+    body = fill(
+        request_type(ApiKey.DESCRIBE_QUORUM, 2),
+        {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]},
+    )
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        for port in ports:
+            answer: Any = call(("localhost", port), ApiKey.DESCRIBE_QUORUM, 2, body)
+            partition = answer.topics[0].partitions[0]
+            if partition.error_code == ErrorCode.none:
+                return partition
+        time.sleep(0.2)
+    raise AssertionError("no voter answers DescribeQuorum as the leader")

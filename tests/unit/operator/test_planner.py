@@ -4,6 +4,7 @@ refuses, the order of a rolling restart, and the status it reports."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import subprocess
 from collections.abc import Iterable
@@ -74,7 +75,7 @@ def template_hash(found: Plan, statefulset: str) -> str:
 HEALTHY = BrokerFacts(
     brokers={0: "Unfenced", 1: "Unfenced", 2: "Unfenced"},
     under_replicated=0,
-    active_controller=1001,
+    active_controller="gregor-controller-1",
 )
 
 
@@ -87,6 +88,7 @@ def running(
     deleting: Iterable[str] = (),
     replicas: dict[str, int] | None = None,
     claims: dict[str, tuple[str, str | None] | None] | None = None,
+    ready_for: dict[str, float] | None = None,
 ) -> Observed:
     """A cluster of the example's shape as Kubernetes shows it: every pod of a pool at its
     StatefulSet's update revision unless `pod_revisions` says otherwise."""
@@ -110,6 +112,7 @@ def running(
                     revision=(pod_revisions or {}).get(name, revisions[role]),
                     deleting=name in set(deleting),
                     stuck=(stuck or {}).get(name),
+                    ready_for_s=(ready_for or {}).get(name, 3600.0),
                 )
             )
     return Observed(statefulsets, pods)
@@ -397,6 +400,50 @@ def _all_at(revisions: dict[str, str]) -> dict[str, str]:
     return {f"gregor-{role}-{i}": rev for role, rev in revisions.items() for i in range(3)}
 
 
+def test_a_voter_waits_until_the_dns_has_every_other_voters_new_address() -> None:
+    done = _all_at(CURRENT) | {"gregor-controller-0": "rev-c2"}
+    observed = running(ROLLED, pod_revisions=done, ready_for={"gregor-controller-0": 5.0})
+    found = planned(example(), observed, HEALTHY)
+    assert found.restart is None
+    assert found.requeue_after == pytest.approx(10.0)  # the usual wait, under the 25 s left
+    reconciling = condition(found, "Reconciling")
+    assert reconciling.reason == "RollingRestart"
+    assert reconciling.message.startswith("restarting gregor-controller-2 in 25 s: ")
+    assert "gregor-controller-0 was restarted 5 s ago" in reconciling.message
+    nearly = running(ROLLED, pod_revisions=done, ready_for={"gregor-controller-0": 27.5})
+    assert planned(example(), nearly, HEALTHY).requeue_after == pytest.approx(2.5)
+    settled = running(ROLLED, pod_revisions=done, ready_for={"gregor-controller-0": 30.0})
+    assert restarted(planned(example(), settled, HEALTHY)) == "gregor-controller-2"
+
+
+def test_brokers_do_not_wait_for_the_dns_but_for_their_partitions() -> None:
+    done = _all_at(ROLLED) | {"gregor-broker-1": "rev-b1", "gregor-broker-2": "rev-b1"}
+    observed = running(ROLLED, pod_revisions=done, ready_for={"gregor-broker-0": 1.0})
+    assert restarted(planned(example(), observed, HEALTHY)) == "gregor-broker-1"
+
+
+def test_a_combined_node_is_a_voter_and_waits_for_the_dns_too() -> None:
+    resource = example("kafkacluster-combined.yaml")
+    resource["spec"]["combined"]["replicas"] = 3
+    pods = [
+        PodState(
+            f"gregor-dev-combined-{i}",
+            "combined",
+            i,
+            True,
+            "rev-2" if i == 0 else "rev-1",
+            ready_for_s=4.0 if i == 0 else 3600.0,
+        )
+        for i in range(3)
+    ]
+    observed = Observed({"combined": StatefulSetState(3, "rev-2", None)}, pods)
+    facts = BrokerFacts({0: "Unfenced", 1: "Unfenced", 2: "Unfenced"})
+    assert planned(resource, observed, facts).restart is None
+    pods[0] = dataclasses.replace(pods[0], ready_for_s=40.0)
+    found = planned(resource, Observed(observed.statefulsets, pods), facts)
+    assert restarted(found) == "gregor-dev-combined-1"
+
+
 def test_a_roll_waits_for_the_restarted_pod_to_be_ready_again() -> None:
     pods = _all_at(CURRENT) | {"gregor-controller-0": "rev-c2"}
     found = planned(
@@ -414,7 +461,7 @@ def test_a_roll_never_deletes_a_second_pod_while_one_is_going() -> None:
 def test_a_broker_is_restarted_only_while_every_partition_is_in_sync() -> None:
     pods = _all_at(CURRENT) | {f"gregor-controller-{i}": "rev-c2" for i in range(3)}
     observed = running(ROLLED, pod_revisions=pods)
-    lagging = BrokerFacts(HEALTHY.brokers, under_replicated=4, active_controller=1001)
+    lagging = BrokerFacts(HEALTHY.brokers, under_replicated=4, active_controller=None)
     assert planned(example(), observed, lagging).restart is None
     assert planned(example(), observed, None).restart is None
     found = planned(example(), observed, HEALTHY)
@@ -442,7 +489,7 @@ def test_the_status_says_where_to_connect_and_how_each_node_is() -> None:
     found = planned(
         example(),
         running(CURRENT, not_ready=["gregor-broker-2"]),
-        BrokerFacts({0: "Unfenced", 1: "Unfenced", 2: "Fenced"}, 0, 1000),
+        BrokerFacts({0: "Unfenced", 1: "Unfenced", 2: "Fenced"}, 0, "gregor-controller-0"),
     )
     assert found.status["listeners"] == [
         {"name": "plain", "bootstrapServers": "gregor-bootstrap.team-a.svc.cluster.local:9092"}
@@ -465,7 +512,7 @@ def test_the_status_says_where_to_connect_and_how_each_node_is() -> None:
 def test_a_ready_cluster_whose_brokers_cannot_be_asked_is_not_called_ready() -> None:
     ready = condition(planned(example(), running(CURRENT), None), "Ready")
     assert (ready.status, ready.reason) == ("False", "BrokersUnreachable")
-    fenced = BrokerFacts({0: "Unfenced", 1: "Fenced"}, 0, 1000)
+    fenced = BrokerFacts({0: "Unfenced", 1: "Fenced"}, 0, "gregor-controller-0")
     ready = condition(planned(example(), running(CURRENT), fenced), "Ready")
     assert (ready.reason, ready.message) == (
         "BrokersNotRegistered",
