@@ -92,6 +92,11 @@ CLUSTER, TOPIC = "kafkacluster.yaml", "topic.yaml"
             "give either combined, or controllers and brokers",
         ),
         (CLUSTER, {"listeners": [{"name": "plain", "port": 9091}]}, "operator's own"),
+        (
+            CLUSTER,
+            {"listeners": [{"name": "outside", "port": 9094, "type": "nodeport"}]},
+            "a cluster needs an internal listener",
+        ),
         (CLUSTER, {"brokers": {"replicas": 0}}, "should be greater than or equal to 1"),
         (CLUSTER, {"brokers": {"replicas": 3, "storage": {"size": "lots"}}}, "should match"),
         (

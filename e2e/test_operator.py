@@ -2,7 +2,8 @@
 one namespace of the local cluster, and this checks the objects it creates for a
 `KafkaCluster` (labels, owner references, the server-side apply field manager, probes), the
 status it writes, that it puts back what a user changes in an owned object while keeping what
-other tools add, and that an invalid spec gets a condition and changes nothing.
+other tools add, that an invalid spec gets a condition and changes nothing, and that clients
+outside the cluster reach the brokers through NodePort and LoadBalancer listeners.
 
 The operator cannot reach the brokers from outside the cluster (their DNS names resolve only
 inside it), so here a cluster is never called Ready: `BrokersUnreachable` is the honest answer.
@@ -22,9 +23,11 @@ from typing import Any
 
 import pytest
 import yaml
+from confluent_kafka import Producer
 
 from e2e.conftest import ARTIFACTS, Kubectl
 from e2e.resources import condition, eventually, get
+from tests.integration.clients import QUIET, create_topic, read_all
 from tests.support.nodes import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -245,3 +248,73 @@ def test_topics_wait_for_their_cluster_and_an_invalid_one_says_why(
     assert "gregor.dev/finalizer" in orphan["metadata"]["finalizers"]
     kubectl("delete", "topic", "orphan", "--timeout=60s", namespace=namespace)
     assert get(kubectl, namespace, "topic", "orphan") is None
+
+
+def _pretend_to_be_the_clouds_load_balancer_controller(kubectl: Kubectl, namespace: str) -> int:
+    """A FAKE, named as such: nothing here gives a LoadBalancer Service an address, which a
+    cloud's controller does. This writes one into each such Service's status, as that
+    controller would; kube-proxy then routes the address to the Service's pods on this
+    machine, as the cloud's load balancer would. Returns how many Services have one."""
+    found = json.loads(
+        kubectl("get", "services", "-l", f"gregor.dev/cluster={CLUSTER}", "-o", "json",
+                namespace=namespace)
+    )  # fmt: skip
+    balanced = sorted(
+        (s for s in found["items"] if s["spec"]["type"] == "LoadBalancer"),
+        key=lambda s: str(s["metadata"]["name"]),
+    )
+    for number, service in enumerate(balanced):
+        if (service.get("status") or {}).get("loadBalancer", {}).get("ingress"):
+            continue
+        address = {"status": {"loadBalancer": {"ingress": [{"ip": f"203.0.113.{10 + number}"}]}}}
+        kubectl(
+            "patch", "service", service["metadata"]["name"], "--subresource=status",
+            "--type=merge", "-p", json.dumps(address), namespace=namespace,
+        )  # fmt: skip
+    return len(balanced)
+
+
+def test_external_listeners_take_clients_from_outside_the_cluster(
+    operator: str, kubectl: Kubectl, namespace: str
+) -> None:
+    """A NodePort and a LoadBalancer listener: the broker waits for its addresses, then
+    advertises them, and a client on this machine (outside the cluster) produces and reads
+    back through each."""
+    listeners = [
+        {"name": "plain", "port": 9092},
+        {"name": "nodes", "port": 9094, "type": "nodeport"},
+        {"name": "cloud", "port": 9095, "type": "loadbalancer"},
+    ]
+    apply_example(kubectl, namespace, {"listeners": listeners})
+
+    def pending() -> str | None:
+        found = condition(get(kubectl, namespace, "kafkacluster", CLUSTER) or {}, "Ready")
+        return found["message"] if found and found["reason"] == "ExternalAddressesPending" else None
+
+    message = eventually("the cluster to wait for its load balancer", pending)
+    assert message.endswith(f"{CLUSTER}-combined-0-cloud"), message
+    assert get(kubectl, namespace, "statefulset", f"{CLUSTER}-combined") is None
+    eventually(
+        "both LoadBalancer Services",
+        lambda: _pretend_to_be_the_clouds_load_balancer_controller(kubectl, namespace) == 2,
+    )
+
+    def addresses() -> dict[str, str] | None:
+        status = (get(kubectl, namespace, "kafkacluster", CLUSTER) or {}).get("status") or {}
+        found = {item["name"]: item["bootstrapServers"] for item in status.get("listeners", [])}
+        return found if status.get("readyNodes") == "1/1" and all(found.values()) else None
+
+    bootstrap = eventually("the node to be ready, reachable from outside", addresses, timeout=180)
+    node = json.loads(kubectl("get", "nodes", "-o", "json"))["items"][0]
+    node_ip = next(a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP")
+    assert bootstrap["nodes"].startswith(f"{node_ip}:"), bootstrap
+    assert bootstrap["cloud"] == "203.0.113.10:9095", bootstrap  # the bootstrap Service's
+    for listener in ("nodes", "cloud"):
+        topic = f"from-{listener}"
+        create_topic(bootstrap[listener], topic, 2)
+        producer = Producer({"bootstrap.servers": bootstrap[listener], "acks": "all", **QUIET})
+        for value in range(200):
+            producer.produce(topic, str(value).encode(), partition=value % 2)
+        assert producer.flush(30) == 0, listener
+        got = read_all(bootstrap[listener], topic, 2, 200)
+        assert sorted(int(m.value() or b"-1") for m in got) == list(range(200)), listener

@@ -172,10 +172,11 @@ def _now() -> str:
 
 
 def _bootstrap(body: Mapping[str, Any], namespace: str) -> str:
-    """Where the cluster's first listener answers, read from the resource as it is (its
-    spec is checked only later, by the planner)."""
+    """Where the cluster's first internal listener answers, read from the resource as it is
+    (its spec is checked only later, by the planner)."""
     listeners = body.get("spec", {}).get("listeners") or [{"port": 9092}]
-    port = int(listeners[0].get("port", 9092))
+    internal = [item for item in listeners if item.get("type", "internal") == "internal"]
+    port = int((internal or listeners)[0].get("port", 9092))
     return bootstrap_address(body["metadata"]["name"], namespace, SETTINGS.cluster_domain, port)
 
 
@@ -220,6 +221,9 @@ def reconcile_cluster(body: kopf.Body) -> Plan | None:
         )
         for document in found.objects:
             adapter.apply(document)
+        for kind, gone in found.deletions:
+            if kind == "Service":
+                adapter.delete_service(namespace, gone)
         if found.restart is not None:
             adapter.delete_pod(namespace, found.restart.pod)
         _write_status(body, "kafkaclusters", found)

@@ -18,8 +18,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from . import GROUP, VERSION
-from .objects import FIELD_MANAGER, Claims, Role, cluster_id_secret_name
-from .planner import STUCK_REASONS, Observed, PodState, StatefulSetState
+from .objects import EXTERNAL_LABEL, FIELD_MANAGER, Claims, Role, cluster_id_secret_name
+from .planner import STUCK_REASONS, Observed, PodState, ServiceState, StatefulSetState
 
 __all__ = ["Kube"]
 
@@ -99,12 +99,17 @@ class Kube:
                     ready=_ready(pod),
                     ready_for_s=_ready_for(pod, now),
                     ip=pod.status.pod_ip if pod.status else None,
+                    host_ip=pod.status.host_ip if pod.status else None,
                     revision=(pod.metadata.labels or {}).get("controller-revision-hash"),
                     deleting=pod.metadata.deletion_timestamp is not None,
                     stuck=_stuck(pod),
                 )
             )
-        return Observed(statefulsets, sorted(pods, key=lambda p: (p.pool, p.ordinal)))
+        found_services: list[Any] = self.core.list_namespaced_service(
+            namespace, label_selector=selector
+        ).items
+        services = {str(found.metadata.name): _service(found) for found in found_services}
+        return Observed(statefulsets, sorted(pods, key=lambda p: (p.pool, p.ordinal)), services)
 
     def custom_object(self, namespace: str, plural: str, name: str) -> dict[str, Any] | None:
         """One of the operator's resources, None if there is none of that name."""
@@ -124,6 +129,14 @@ class Kube:
             GROUP, VERSION, namespace, plural, name, {"status": status}
         )
 
+    def delete_service(self, namespace: str, name: str) -> None:
+        """Delete a Service the cluster no longer has; one already gone is fine."""
+        try:
+            self.core.delete_namespaced_service(name, namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
     def delete_pod(self, namespace: str, name: str) -> None:
         """Restart a pod (its StatefulSet makes it again); one already gone is fine."""
         try:
@@ -131,6 +144,21 @@ class Kube:
         except ApiException as exc:
             if exc.status != 404:
                 raise
+
+
+def _service(service: Any) -> ServiceState:
+    ports = (service.spec.ports if service.spec else None) or []
+    balancer = service.status.load_balancer if service.status else None
+    ingress = tuple(
+        point.ip or point.hostname
+        for point in (balancer.ingress if balancer else None) or []
+        if point.ip or point.hostname
+    )
+    return ServiceState(
+        listener=(service.metadata.labels or {}).get(EXTERNAL_LABEL),
+        node_port=ports[0].node_port if ports else None,
+        ingress=ingress,
+    )
 
 
 def _claims(templates: list[Any] | None) -> Claims:

@@ -165,9 +165,12 @@ class Listener(Model):
     port: Annotated[int, Field(ge=1024, le=65535)]
     """The container port; 9091, 9093 and 9404 are the operator's own."""
     type: Literal["internal", "nodeport", "loadbalancer"] = "internal"
-    """`internal`: reachable inside the Kubernetes cluster through the bootstrap Service and
-    each pod's DNS name; `nodeport` and `loadbalancer`: also from outside, one Service per
-    broker."""
+    """`internal`: inside the Kubernetes cluster, through the bootstrap Service and each pod's
+    DNS name. `nodeport`: from outside, through a NodePort Service per broker (and one to
+    bootstrap from); each broker advertises the address of the node it runs on. `loadbalancer`:
+    from outside, through a LoadBalancer Service per broker (and one to bootstrap from); each
+    broker advertises its Service's address once the load balancer has one. A cluster needs
+    at least one internal listener."""
     tls: bool = False
     """Reserved: TLS listeners come with the security work; `true` is refused for now."""
     authentication: Literal["scram-sha-512", "tls"] | None = None
@@ -191,6 +194,10 @@ def _listeners_schema() -> dict[str, Any]:
             {
                 "rule": "self.all(l, !l.tls && !has(l.authentication))",
                 "message": "TLS and authentication on listeners are not supported yet",
+            },
+            {
+                "rule": "self.exists(l, !has(l.type) || l.type == 'internal')",
+                "message": "a cluster needs an internal listener (the operator uses it)",
             },
         ],
     }
@@ -286,13 +293,17 @@ class KafkaClusterSpec(Model):
             raise ValueError("listener names must differ")
         if any(listener.tls or listener.authentication for listener in self.listeners):
             raise ValueError("TLS and authentication on listeners are not supported yet")
+        if not any(listener.type == "internal" for listener in self.listeners):
+            raise ValueError("a cluster needs an internal listener (the operator uses it)")
         return self
 
 
 class ListenerStatus(Model):
     name: str
+    type: Literal["internal", "nodeport", "loadbalancer"] | None = None
     bootstrap_servers: str
-    """`host:port,…` a client in the Kubernetes cluster bootstraps from."""
+    """`host:port,…` a client bootstraps from: inside the Kubernetes cluster for an internal
+    listener, from outside for the others (empty until the addresses are known)."""
 
 
 class NodeStatus(Model):

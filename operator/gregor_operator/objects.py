@@ -8,7 +8,11 @@ ordinal, its advertised listeners from its DNS name. What it must never do: read
 or decide when to apply or restart anything (`planner` does), or call Kubernetes.
 
 Every node of a pool runs the same server.properties; the only per-pod properties,
-`node.id` and `advertised.listeners`, come from the pod's own name when it starts. So a pod
+`node.id` and `advertised.listeners`, come from the pod's own name when it starts. An external
+listener (`nodeport`, `loadbalancer`) gets a Service per broker and one to bootstrap from; the
+address each broker advertises on it (its node's address and its Service's node port, or its
+load balancer's address) is known only once Kubernetes has allocated it, and is written into
+the pool's template, one line per ordinal. So a pod
 runs its pool's current configuration exactly when it runs its StatefulSet's current
 revision, and the template carries a hash of the configuration to make a new revision when
 it changes. The StatefulSets update `OnDelete`: the operator picks when each pod restarts.
@@ -26,15 +30,20 @@ from .models import KafkaCluster, KafkaClusterSpec, Listener, NodePool, Storage
 
 __all__ = [
     "CONTROLLER_PORT",
+    "EXTERNAL_LABEL",
     "METRICS_PORT",
     "REPLICATION_PORT",
     "Claims",
+    "External",
     "Pool",
     "Target",
     "bootstrap_address",
     "bootstrap_servers",
     "claims_of",
     "desired_objects",
+    "external_bootstrap_name",
+    "external_listeners",
+    "external_service_name",
     "pools",
     "server_properties",
 ]
@@ -48,7 +57,14 @@ DATA_DIR = "/var/lib/gregor"
 CONFIG_DIR = "/etc/gregor"
 FIELD_MANAGER = "gregor-operator"
 CONFIG_HASH = "gregor.dev/config-hash"
+EXTERNAL_LABEL = "gregor.dev/listener"
+"""On the Services of an external listener: the listener's name."""
+SERVICE_TYPES = {"nodeport": "NodePort", "loadbalancer": "LoadBalancer"}
 DEFAULT_IMAGE = "gregor-broker:dev"
+
+External = Mapping[str, Mapping[int, str]]
+"""The address each broker advertises on each external listener: listener name → ordinal
+(in the pool) → `host:port`, where a node port's host is `${HOST_IP}`, the pod's node."""
 
 Claims = tuple[str, str | None] | None
 """A pool's data volume: the (size, storage class) of each pod's claim; None: an emptyDir."""
@@ -136,6 +152,18 @@ def bootstrap_address(cluster: str, namespace: str, cluster_domain: str, port: i
     """`host:port` where a client in the Kubernetes cluster bootstraps from the listener on
     `port` of the cluster named `cluster`."""
     return f"{cluster}-bootstrap.{namespace}.svc.{cluster_domain}:{port}"
+
+
+def external_bootstrap_name(target: Target, listener: Listener) -> str:
+    return f"{target.name}-{listener.name}-bootstrap"
+
+
+def external_service_name(target: Target, pool: Pool, ordinal: int, listener: Listener) -> str:
+    return f"{pod_name(target, pool, ordinal)}-{listener.name}"
+
+
+def external_listeners(spec: KafkaClusterSpec) -> list[Listener]:
+    return [listener for listener in spec.listeners if listener.type != "internal"]
 
 
 def cluster_id_secret_name(cluster: str) -> str:
@@ -242,29 +270,53 @@ def _properties_text(properties: Mapping[str, str]) -> str:
     return "".join(f"{key}={value}\n" for key, value in properties.items())
 
 
-def _command(target: Target, spec: KafkaClusterSpec, pool: Pool) -> list[str]:
+def _address_variable(listener: Listener) -> str:
+    return f"GREGOR_ADDRESS_{_kafka_name(listener)}"
+
+
+def _command(
+    target: Target, spec: KafkaClusterSpec, pool: Pool, external: External | None = None
+) -> list[str]:
     """The node's command: its ordinal is the end of its pod's name, its id the pool's base
-    plus the ordinal, its advertised listeners its own DNS name."""
+    plus the ordinal, its advertised listeners its own DNS name, and on an external listener
+    the address `external` gives its ordinal."""
     overrides = ['--override "node.id=$((GREGOR_NODE_ID_BASE + ${POD_NAME##*-}))"']
+    lines = []
+    outside = {_kafka_name(listener): listener for listener in external_listeners(spec)}
     if pool.is_broker:
         host = _pod_host(target, "${POD_NAME}")
-        advertised = ",".join(
-            f"{name}://{host}:{port}"
-            for name, port in _listeners(spec, pool)
-            if name != "CONTROLLER"
-        )
-        overrides.append(f'--override "advertised.listeners={advertised}"')
+        advertised = []
+        for name, port in _listeners(spec, pool):
+            if name == "CONTROLLER":
+                continue
+            if name in outside:
+                advertised.append(f"{name}://${{{_address_variable(outside[name])}}}")
+            else:
+                advertised.append(f"{name}://{host}:{port}")
+        overrides.append(f'--override "advertised.listeners={",".join(advertised)}"')
+        for listener in outside.values():
+            addresses = (external or {}).get(listener.name, {})
+            cases = " ".join(
+                f'{ordinal}) {_address_variable(listener)}="{address}" ;;'
+                for ordinal, address in sorted(addresses.items())
+            )
+            lines.append(
+                f'case "${{POD_NAME##*-}}" in {cases} *) echo "$POD_NAME has no address on '
+                f'listener {listener.name} yet" >&2; exit 1 ;; esac'
+            )
     script = (
         f"exec gregor broker --config {CONFIG_DIR}/server.properties "
         f'--cluster-id "$GREGOR_CLUSTER_ID" ' + " ".join(overrides)
     )
-    return ["/bin/sh", "-c", script]
+    return ["/bin/sh", "-c", "\n".join([*lines, script])]
 
 
-def config_hash(target: Target, spec: KafkaClusterSpec, pool: Pool) -> str:
+def config_hash(
+    target: Target, spec: KafkaClusterSpec, pool: Pool, external: External | None = None
+) -> str:
     """What a pod of the pool runs, as one hash: a change makes a new revision to roll to."""
     text = _properties_text(server_properties(target, spec, pool)) + "\0".join(
-        _command(target, spec, pool)
+        _command(target, spec, pool, external)
     )
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -325,6 +377,59 @@ def bootstrap_service(target: Target, spec: KafkaClusterSpec) -> dict[str, Any]:
     }
 
 
+def _external_service(
+    target: Target, listener: Listener, name: str, selector: Mapping[str, str]
+) -> dict[str, Any]:
+    labels = cluster_labels(target) | {EXTERNAL_LABEL: listener.name}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(target, name, labels),
+        "spec": {
+            "type": SERVICE_TYPES[listener.type],
+            "selector": dict(selector),
+            "ports": [
+                {
+                    "name": listener.name,
+                    "port": listener.port,
+                    "targetPort": listener.port,
+                    "protocol": "TCP",
+                }
+            ],
+        },
+    }
+
+
+def external_services(
+    target: Target, spec: KafkaClusterSpec, replicas: Mapping[Role, int] | None = None
+) -> list[dict[str, Any]]:
+    """Each external listener's Services: one to bootstrap from (every ready broker) and one
+    per broker (its pod alone), which is the address the broker advertises."""
+    found = []
+    for listener in external_listeners(spec):
+        found.append(
+            _external_service(
+                target,
+                listener,
+                external_bootstrap_name(target, listener),
+                {"gregor.dev/cluster": target.name, "gregor.dev/broker": "true"},
+            )
+        )
+        for pool in pools(spec):
+            if not pool.is_broker:
+                continue
+            for ordinal in range((replicas or {}).get(pool.role, pool.spec.replicas)):
+                found.append(
+                    _external_service(
+                        target,
+                        listener,
+                        external_service_name(target, pool, ordinal, listener),
+                        {"statefulset.kubernetes.io/pod-name": pod_name(target, pool, ordinal)},
+                    )
+                )
+    return found
+
+
 def bootstrap_servers(target: Target, listener: Listener) -> str:
     return bootstrap_address(target.name, target.namespace, target.cluster_domain, listener.port)
 
@@ -369,7 +474,9 @@ def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
     }
 
 
-def _container(target: Target, spec: KafkaClusterSpec, pool: Pool) -> dict[str, Any]:
+def _container(
+    target: Target, spec: KafkaClusterSpec, pool: Pool, external: External | None
+) -> dict[str, Any]:
     ports = [
         {"name": name.lower()[:15], "containerPort": port} for name, port in _listeners(spec, pool)
     ]
@@ -377,7 +484,7 @@ def _container(target: Target, spec: KafkaClusterSpec, pool: Pool) -> dict[str, 
     container: dict[str, Any] = {
         "name": "gregor",
         "image": spec.image or target.image,
-        "command": _command(target, spec, pool),
+        "command": _command(target, spec, pool, external),
         "env": [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "GREGOR_NODE_ID_BASE", "value": str(pool.node_id_base)},
@@ -405,21 +512,32 @@ def _container(target: Target, spec: KafkaClusterSpec, pool: Pool) -> dict[str, 
             "capabilities": {"drop": ["ALL"]},
         },
     }
+    if pool.is_broker and any(listener.type == "nodeport" for listener in spec.listeners):
+        # A node port is reached at the address of the node the pod runs on.
+        container["env"].append(
+            {"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}
+        )
     resources = pool.spec.resources
     if resources is not None:
         container["resources"] = resources.model_dump(exclude_none=True)
     return container
 
 
-def statefulset(
-    target: Target, spec: KafkaClusterSpec, pool: Pool, replicas: int, claims: Claims
+def statefulset(  # noqa: PLR0917 -- the planner's allowances, each its own
+    target: Target,
+    spec: KafkaClusterSpec,
+    pool: Pool,
+    replicas: int,
+    claims: Claims,
+    external: External | None = None,
 ) -> dict[str, Any]:
     """The pool's nodes. `replicas` and `claims` are what the planner allows (a scale-down
-    or a storage change it refuses keeps the current ones)."""
+    or a storage change it refuses keeps the current ones); `external`, the addresses its
+    brokers advertise on the external listeners."""
     template = spec.template
     labels = pool_labels(target, pool) | dict((template.labels if template else None) or {})
     annotations = dict((template.annotations if template else None) or {})
-    annotations[CONFIG_HASH] = config_hash(target, spec, pool)
+    annotations[CONFIG_HASH] = config_hash(target, spec, pool, external)
     if spec.metrics.enabled:
         annotations |= {"prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT)}
     pod_spec: dict[str, Any] = {
@@ -433,7 +551,7 @@ def statefulset(
             "runAsGroup": 10001,
             "fsGroup": 10001,
         },
-        "containers": [_container(target, spec, pool)],
+        "containers": [_container(target, spec, pool, external)],
         "volumes": [
             {"name": "config", "configMap": {"name": _config_map_name(target, pool)}},
         ],
@@ -499,22 +617,29 @@ def desired_objects(
     cluster: KafkaCluster,
     replicas: Mapping[Role, int] | None = None,
     claims: Mapping[Role, Claims] | None = None,
+    external: Mapping[Role, External] | None = None,
 ) -> list[dict[str, Any]]:
     """Every object of the cluster, in the order they are applied: what the pods need before
     the StatefulSets that start them. `replicas` and `claims` override a pool's size and
-    volume (a refused scale-down or storage change keeps the current ones)."""
+    volume (a refused scale-down or storage change keeps the current ones). With external
+    listeners, a broker pool's StatefulSet is left out until `external` has its addresses."""
     spec = cluster.spec
     found = [
         service_account(target),
         cluster_id_secret(target),
         headless_service(target, spec),
         bootstrap_service(target, spec),
+        *external_services(target, spec, replicas),
     ]
     for pool in pools(spec):
         found.append(config_map(target, spec, pool))
+    outside = external_listeners(spec)
     for pool in pools(spec):
         found.append(pod_disruption_budget(target, pool))
         count = (replicas or {}).get(pool.role, pool.spec.replicas)
         volume = (claims or {}).get(pool.role, claims_of(pool.spec.storage))
-        found.append(statefulset(target, spec, pool, count, volume))
+        addresses = (external or {}).get(pool.role)
+        if pool.is_broker and outside and addresses is None:
+            continue
+        found.append(statefulset(target, spec, pool, count, volume, addresses))
     return found

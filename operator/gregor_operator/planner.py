@@ -27,6 +27,12 @@ A rolling restart follows these rules, one decision per reconciliation:
 8. Each restart is a pod deletion: SIGTERM is the broker's controlled shutdown, and the
    StatefulSet recreates the pod at the update revision.
 
+An external listener's addresses come from Kubernetes: a Service's node port as soon as it
+exists, a load balancer's address when the cloud has made one. Until every broker of a pool
+has its address, the pool's StatefulSet is not applied (it would advertise nothing), and the
+status says which Services are waited for. Services of a listener no longer in the spec are
+deleted.
+
 Changes Kubernetes or this version cannot carry out safely are refused with a `ChangeRefused`
 condition, and the current value is kept: scaling a pool down (the day-2 work moves the
 partitions off first), resizing the controller quorum (its voters are static), and changing
@@ -44,15 +50,19 @@ from pydantic import ValidationError
 from broker.config import BrokerConfig
 from broker.storage.config import InvalidConfig
 
-from .models import KafkaCluster, problems
+from .models import KafkaCluster, Listener, problems
 from .objects import (
     Claims,
+    External,
     Pool,
     Role,
     Target,
     bootstrap_servers,
     claims_of,
     desired_objects,
+    external_bootstrap_name,
+    external_listeners,
+    external_service_name,
     pod_name,
     pools,
     server_properties,
@@ -65,6 +75,7 @@ __all__ = [
     "Plan",
     "PodState",
     "Restart",
+    "ServiceState",
     "StatefulSetState",
     "merge_conditions",
     "plan",
@@ -85,6 +96,9 @@ STUCK_REASONS = frozenset(
 WAIT_S = 10.0
 """How soon to look again while something is in progress."""
 
+PENDING_WAIT_S = 2.0
+"""How soon to look again for addresses Kubernetes gives out (a node port: at once)."""
+
 DNS_TTL_S = 30.0
 """How long the cluster DNS may answer with a pod's old address: CoreDNS's `ttl` and `cache`
 as kubeadm configures them."""
@@ -104,6 +118,8 @@ class PodState:
     ready_for_s: float = float("inf")
     """How long the pod has been ready (its Ready condition's age; 0 when not ready)."""
     ip: str | None = None
+    host_ip: str | None = None
+    """The address of the node it runs on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,9 +131,21 @@ class StatefulSetState:
 
 
 @dataclass(frozen=True, slots=True)
+class ServiceState:
+    listener: str | None = None
+    """The external listener it serves (its `gregor.dev/listener` label), if any."""
+    node_port: int | None = None
+    """The node port Kubernetes allocated, if it is a NodePort or LoadBalancer Service."""
+    ingress: tuple[str, ...] = ()
+    """Its load balancer's addresses (IP or host name), once the cloud has made one."""
+
+
+@dataclass(frozen=True, slots=True)
 class Observed:
     statefulsets: Mapping[Role, StatefulSetState] = field(default_factory=dict)
     pods: Sequence[PodState] = ()
+    services: Mapping[str, ServiceState] = field(default_factory=dict)
+    """The cluster's Services, by name."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +185,8 @@ class Plan:
     events: list[tuple[str, str, str]]
     """(type, reason, message) for Kubernetes Events."""
     requeue_after: float | None
+    deletions: list[tuple[str, str]] = field(default_factory=list)
+    """(kind, name) of owned objects the spec no longer has."""
 
 
 # -- the plan ---------------------------------------------------------------------------------
@@ -186,25 +216,29 @@ def plan(
         image=image,
         cluster_domain=cluster_domain,
     )
-    unsupported = [
-        f"listener {listener.name} is of type {listener.type}; only internal listeners are "
-        "supported so far"
-        for listener in cluster.spec.listeners
-        if listener.type != "internal"
-    ]
-    if unsupported:
-        return _invalid("; ".join(unsupported), reason="NotSupportedYet")
     refusal = _broker_refuses(target, cluster)
     if refusal is not None:
         return _invalid(refusal)
     replicas, refused = _allowed_replicas(cluster, observed)
     claims, refused_claims = _allowed_claims(cluster, observed)
     refused += refused_claims
-    objects = desired_objects(target, cluster, replicas, claims)
+    external, pending = _external_addresses(target, cluster, observed, replicas)
+    objects = desired_objects(target, cluster, replicas, claims, external)
     restart, settling = _next_restart(cluster, observed, facts, dns_ttl_s)
     conditions, requeue = _conditions(
         cluster, observed, facts, replicas, restart, settling=settling
     )
+    if pending:
+        conditions[0] = ConditionState(
+            "Ready",
+            "False",
+            "ExternalAddressesPending",
+            "waiting for Kubernetes to give these Services an address: " + ", ".join(pending),
+        )
+        conditions[1] = ConditionState(
+            "Reconciling", "True", "ExternalAddressesPending", conditions[0].message
+        )
+        requeue = min(requeue or WAIT_S, PENDING_WAIT_S)
     if settling is not None and requeue is not None:
         requeue = min(requeue, settling[0])
     if refused:
@@ -214,6 +248,7 @@ def plan(
     events = [("Warning", reason, message) for reason, message in refused]
     if restart is not None:
         events.append(("Normal", "RollingRestart", f"restarting {restart.pod}: {restart.reason}"))
+    wanted = {o["metadata"]["name"] for o in objects if o["kind"] == "Service"}
     return Plan(
         objects=objects,
         restart=restart,
@@ -221,6 +256,11 @@ def plan(
         status=_status(cluster, target, observed, facts, replicas),
         events=events,
         requeue_after=requeue,
+        deletions=[
+            ("Service", name)
+            for name, service in sorted(observed.services.items())
+            if service.listener is not None and name not in wanted
+        ],
     )
 
 
@@ -236,6 +276,43 @@ def _invalid(message: str, *, reason: str = "InvalidSpec") -> Plan:
         events=[("Warning", reason, message)],
         requeue_after=None,
     )
+
+
+def _external_addresses(
+    target: Target, cluster: KafkaCluster, observed: Observed, replicas: Mapping[Role, int]
+) -> tuple[dict[Role, External], list[str]]:
+    """What each broker pool's brokers advertise on the external listeners, for the pools
+    whose every address is known; and the Services still without one."""
+    found: dict[Role, External] = {}
+    pending: list[str] = []
+    outside = external_listeners(cluster.spec)
+    for pool in pools(cluster.spec):
+        if not pool.is_broker or not outside:
+            continue
+        addresses: dict[str, dict[int, str]] = {}
+        complete = True
+        for listener in outside:
+            for ordinal in range(replicas.get(pool.role, pool.spec.replicas)):
+                name = external_service_name(target, pool, ordinal, listener)
+                address = _advertised(listener, observed.services.get(name))
+                if address is None:
+                    pending.append(name)
+                    complete = False
+                else:
+                    addresses.setdefault(listener.name, {})[ordinal] = address
+        if complete:
+            found[pool.role] = addresses
+    return found, pending
+
+
+def _advertised(listener: Listener, service: ServiceState | None) -> str | None:
+    """`host:port` for a broker's own Service: the node the pod runs on (`${HOST_IP}`, which
+    its shell expands) and the node port, or the load balancer's address and the port."""
+    if service is None:
+        return None
+    if listener.type == "nodeport":
+        return None if service.node_port is None else f"${{HOST_IP}}:{service.node_port}"
+    return f"{service.ingress[0]}:{listener.port}" if service.ingress else None
 
 
 def _broker_refuses(target: Target, cluster: KafkaCluster) -> str | None:
@@ -490,12 +567,34 @@ def _status(
     return {
         "clusterId": target.cluster_id,
         "listeners": [
-            {"name": listener.name, "bootstrapServers": bootstrap_servers(target, listener)}
+            {
+                "name": listener.name,
+                "type": listener.type,
+                "bootstrapServers": _bootstrap_servers(target, listener, observed),
+            }
             for listener in cluster.spec.listeners
         ],
         "nodes": nodes,
         "readyNodes": f"{ready}/{len(nodes)}",
     }
+
+
+def _bootstrap_servers(target: Target, listener: Listener, observed: Observed) -> str:
+    """Where a client bootstraps from on the listener; for a node port, every node a broker
+    runs on; empty while an external address is not known."""
+    if listener.type == "internal":
+        return bootstrap_servers(target, listener)
+    service = observed.services.get(external_bootstrap_name(target, listener))
+    if service is None:
+        return ""
+    if listener.type == "loadbalancer":
+        return ",".join(f"{host}:{listener.port}" for host in service.ingress)
+    if service.node_port is None:
+        return ""
+    hosts = sorted(
+        {p.host_ip for p in observed.pods if p.host_ip and p.pool in ("broker", "combined")}
+    )
+    return ",".join(f"{host}:{service.node_port}" for host in hosts)
 
 
 def merge_conditions(

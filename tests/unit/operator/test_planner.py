@@ -23,6 +23,7 @@ from gregor_operator.planner import (
     Plan,
     PodState,
     Restart,
+    ServiceState,
     StatefulSetState,
     merge_conditions,
     plan,
@@ -32,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[3]
 NAMESPACE = "team-a"
 CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qk"
 IMAGE = "gregor-broker:1.0.0"
+NODE_IP = "192.0.2.7"
 
 
 def example(name: str = "kafkacluster.yaml") -> dict[str, Any]:
@@ -193,7 +195,11 @@ def _pod_properties(found: Plan, statefulset: str, ordinal: int) -> dict[str, st
         "containers"
     ]
     env = {e["name"]: e.get("value", "") for e in container["env"]}
-    env |= {"POD_NAME": f"{statefulset}-{ordinal}", "GREGOR_CLUSTER_ID": CLUSTER_ID}
+    env |= {
+        "POD_NAME": f"{statefulset}-{ordinal}",
+        "GREGOR_CLUSTER_ID": CLUSTER_ID,
+        "HOST_IP": NODE_IP,  # the downward API's status.hostIP
+    }
     stand_in = 'gregor() { for a in "$@"; do printf \'%s\\n\' "$a"; done; }; '
     script = container["command"][2].replace("exec gregor", "gregor", 1)
     said = subprocess.run(
@@ -236,6 +242,137 @@ def test_the_users_config_reaches_every_node() -> None:
     found = planned(example())
     for statefulset in ("gregor-controller", "gregor-broker"):
         assert _pod_properties(found, statefulset, 0)["min.insync.replicas"] == "2"
+
+
+# -- external listeners -----------------------------------------------------------------------
+
+
+def with_external(kind: str) -> dict[str, Any]:
+    resource = example()
+    resource["spec"]["listeners"] = [
+        {"name": "plain", "port": 9092},
+        {"name": "outside", "port": 9094, "type": kind},
+    ]
+    return resource
+
+
+BROKER_SERVICES = [f"gregor-broker-{i}-outside" for i in range(3)]
+
+
+def _services(node_ports: dict[str, int], ingress: dict[str, str] | None = None) -> Observed:
+    """The example cluster running, its outside listener's Services as Kubernetes shows them."""
+    observed = running(CURRENT)
+    pods = [dataclasses.replace(pod, host_ip=NODE_IP) for pod in observed.pods]
+    services = {
+        name: ServiceState("outside", port, tuple(filter(None, [(ingress or {}).get(name)])))
+        for name, port in node_ports.items()
+    }
+    return Observed(observed.statefulsets, pods, services)
+
+
+@pytest.mark.parametrize(
+    ("kind", "service_type"), [("nodeport", "NodePort"), ("loadbalancer", "LoadBalancer")]
+)
+def test_an_external_listener_gets_a_service_per_broker_and_one_to_bootstrap_from(
+    kind: str, service_type: str
+) -> None:
+    found = planned(with_external(kind))
+    services = objects(found, "Service")
+    assert {name for name, s in services.items() if s["spec"].get("type") == service_type} == {
+        "gregor-outside-bootstrap",
+        *BROKER_SERVICES,
+    }
+    assert services["gregor-outside-bootstrap"]["spec"]["selector"] == {
+        "gregor.dev/cluster": "gregor",
+        "gregor.dev/broker": "true",
+    }
+    assert services["gregor-broker-1-outside"]["spec"]["selector"] == {
+        "statefulset.kubernetes.io/pod-name": "gregor-broker-1"
+    }
+    assert services["gregor-broker-1-outside"]["metadata"]["labels"]["gregor.dev/listener"] == (
+        "outside"
+    )
+    # Until Kubernetes gives each broker's Service an address, the brokers are not started:
+    # they would have nothing to advertise.
+    assert set(objects(found, "StatefulSet")) == {"gregor-controller"}
+    ready = condition(found, "Ready")
+    assert (ready.status, ready.reason) == ("False", "ExternalAddressesPending")
+    assert ready.message.endswith(", ".join(BROKER_SERVICES))
+    assert found.requeue_after == 2.0
+
+
+def test_brokers_advertise_their_nodes_address_and_their_own_node_port() -> None:
+    ports = {"gregor-outside-bootstrap": 31000} | {
+        name: 31001 + i for i, name in enumerate(BROKER_SERVICES)
+    }
+    found = planned(with_external("nodeport"), _services(ports), HEALTHY)
+    assert set(objects(found, "StatefulSet")) == {"gregor-controller", "gregor-broker"}
+    for ordinal in range(3):
+        properties = _pod_properties(found, "gregor-broker", ordinal)
+        advertised = dict(
+            item.split("://") for item in properties["advertised.listeners"].split(",")
+        )
+        assert advertised["OUTSIDE"] == f"{NODE_IP}:{31001 + ordinal}"
+        assert advertised["PLAIN"].startswith(f"gregor-broker-{ordinal}.gregor-nodes.")
+        assert "OUTSIDE://:9094" in properties["listeners"]
+        BrokerConfig.from_properties(properties)
+    assert found.status["listeners"][1] == {
+        "name": "outside",
+        "type": "nodeport",
+        "bootstrapServers": f"{NODE_IP}:31000",
+    }
+    assert condition(found, "Ready").status == "True"
+
+
+def test_a_broker_behind_a_load_balancer_advertises_its_address_once_it_has_one() -> None:
+    ports = {"gregor-outside-bootstrap": 31000} | {
+        n: 31001 + i for i, n in enumerate(BROKER_SERVICES)
+    }
+    ingress = {"gregor-outside-bootstrap": "203.0.113.9", BROKER_SERVICES[0]: "203.0.113.10"}
+    waiting = planned(with_external("loadbalancer"), _services(ports, ingress), HEALTHY)
+    assert "gregor-broker" not in objects(waiting, "StatefulSet")
+    assert condition(waiting, "Ready").message.endswith(
+        "gregor-broker-1-outside, gregor-broker-2-outside"
+    )
+    ingress |= {BROKER_SERVICES[1]: "203.0.113.11", BROKER_SERVICES[2]: "lb-2.example.com"}
+    found = planned(with_external("loadbalancer"), _services(ports, ingress), HEALTHY)
+    addresses = [
+        _pod_properties(found, "gregor-broker", i)["advertised.listeners"] for i in range(3)
+    ]
+    assert [a.split("OUTSIDE://")[1] for a in addresses] == [
+        "203.0.113.10:9094",
+        "203.0.113.11:9094",
+        "lb-2.example.com:9094",
+    ]
+    assert found.status["listeners"][1]["bootstrapServers"] == "203.0.113.9:9094"
+    # A new address is a new configuration: the brokers roll to advertise it.
+    moved = planned(
+        with_external("loadbalancer"),
+        _services(ports, ingress | {BROKER_SERVICES[2]: "203.0.113.12"}),
+        HEALTHY,
+    )
+    assert template_hash(moved, "gregor-broker") != template_hash(found, "gregor-broker")
+    assert template_hash(moved, "gregor-controller") == template_hash(found, "gregor-controller")
+
+
+def test_the_services_of_a_listener_taken_out_of_the_spec_are_deleted() -> None:
+    ports = {"gregor-outside-bootstrap": 31000} | {
+        n: 31001 + i for i, n in enumerate(BROKER_SERVICES)
+    }
+    observed = _services(ports)
+    kept = planned(with_external("nodeport"), observed, HEALTHY)
+    assert kept.deletions == []
+    gone = planned(example(), observed, HEALTHY)
+    assert gone.deletions == [("Service", name) for name in sorted(ports)]
+    assert "HOST_IP" not in str(objects(gone, "StatefulSet")["gregor-broker"])
+
+
+def test_a_cluster_without_an_internal_listener_is_refused() -> None:
+    resource = with_external("nodeport")
+    resource["spec"]["listeners"] = resource["spec"]["listeners"][1:]
+    found = planned(resource)
+    assert found.objects == []
+    assert "a cluster needs an internal listener" in condition(found, "Ready").message
 
 
 # -- changes ----------------------------------------------------------------------------------
@@ -345,7 +482,10 @@ def test_drift_is_put_back_because_the_plan_never_depends_on_the_objects_it_owns
         ({"brokers": {"replicas": 0}}, "spec.brokers.replicas"),
         ({"config": {"node.id": 3}}, "node.id, which the operator sets itself"),
         ({"config": {"log.retention.hour": 3}}, "spec.config.log.retention.hour"),
-        ({"listeners": [{"name": "ext", "port": 9094, "type": "nodeport"}]}, "only internal"),
+        (
+            {"listeners": [{"name": "ext", "port": 9094, "type": "nodeport"}]},
+            "an internal listener",
+        ),
         ({"brokers": "three"}, "spec.brokers"),
         (
             {"config": {"log.retention.ms": -5}},
@@ -492,7 +632,11 @@ def test_the_status_says_where_to_connect_and_how_each_node_is() -> None:
         BrokerFacts({0: "Unfenced", 1: "Unfenced", 2: "Fenced"}, 0, "gregor-controller-0"),
     )
     assert found.status["listeners"] == [
-        {"name": "plain", "bootstrapServers": "gregor-bootstrap.team-a.svc.cluster.local:9092"}
+        {
+            "name": "plain",
+            "type": "internal",
+            "bootstrapServers": "gregor-bootstrap.team-a.svc.cluster.local:9092",
+        }
     ]
     assert found.status["readyNodes"] == "5/6"
     assert found.status["clusterId"] == CLUSTER_ID
