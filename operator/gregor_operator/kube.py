@@ -97,6 +97,7 @@ class Kube:
                     pool=role,
                     ordinal=int(ordinal),
                     ready=_ready(pod),
+                    running=_running(pod),
                     ready_for_s=_ready_for(pod, now),
                     ip=pod.status.pod_ip if pod.status else None,
                     host_ip=pod.status.host_ip if pod.status else None,
@@ -172,6 +173,11 @@ def _claims(templates: list[Any] | None) -> Claims:
 def _ready(pod: Any) -> bool:
     conditions = (pod.status.conditions if pod.status else None) or []
     return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+
+def _running(pod: Any) -> bool:
+    statuses = (pod.status.container_statuses if pod.status else None) or []
+    return bool(statuses) and all(c.state is not None and c.state.running for c in statuses)
 
 
 def _ready_for(pod: Any, now: datetime.datetime) -> float:

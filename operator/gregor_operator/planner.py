@@ -117,6 +117,8 @@ class PodState:
     """A reason from STUCK_REASONS, when the pod has one."""
     ready_for_s: float = float("inf")
     """How long the pod has been ready (its Ready condition's age; 0 when not ready)."""
+    running: bool = True
+    """Its container is running (it may not be ready yet)."""
     ip: str | None = None
     host_ip: str | None = None
     """The address of the node it runs on."""
@@ -484,9 +486,16 @@ def _conditions(
     if not_ready or missing > 0:
         waiting = ", ".join(not_ready + ([f"{missing} not created yet"] if missing > 0 else []))
         reason = "NodesNotReady"
+        message = f"{len(ready)}/{expected} nodes ready; waiting for {waiting}"
+        voters = [pod for pod in observed.pods if pod.pool in ("controller", "combined")]
         if any(pod.stuck for pod in observed.pods):
             reason = "NodesStuck"
-        message = f"{len(ready)}/{expected} nodes ready; waiting for {waiting}"
+        elif voters and all(p.running and not p.ready and not p.deleting for p in voters):
+            reason = "QuorumNotFormed"
+            message += (
+                "; every controller runs but none is ready: they have not elected a leader "
+                "(a majority of them must reach each other on port 9093)"
+            )
         ready_condition = ConditionState("Ready", "False", reason, message)
     elif facts is None:
         ready_condition = ConditionState(

@@ -608,6 +608,24 @@ def test_a_broker_is_restarted_only_while_every_partition_is_in_sync() -> None:
     assert restarted(found) == "gregor-broker-0"
 
 
+def test_controllers_that_run_but_are_none_ready_are_a_quorum_not_formed() -> None:
+    controllers = [f"gregor-controller-{i}" for i in range(3)]
+    found = planned(example(), running(CURRENT, not_ready=controllers))
+    ready = condition(found, "Ready")
+    assert (ready.status, ready.reason) == ("False", "QuorumNotFormed")
+    assert "have not elected a leader" in ready.message
+    # One controller restarting while the others lead is an ordinary wait.
+    one = condition(planned(example(), running(CURRENT, not_ready=controllers[:1])), "Ready")
+    assert one.reason == "NodesNotReady"
+    # Containers still starting (pulling an image, say) are not a quorum's fault yet.
+    starting = running(CURRENT, not_ready=controllers)
+    starting = Observed(
+        starting.statefulsets,
+        [dataclasses.replace(p, running=p.pool != "controller") for p in starting.pods],
+    )
+    assert condition(planned(example(), starting), "Ready").reason == "NodesNotReady"
+
+
 def test_a_stuck_pod_on_an_old_revision_is_restarted_first() -> None:
     observed = running(
         ROLLED,
