@@ -309,6 +309,10 @@ def test_external_listeners_take_clients_from_outside_the_cluster(
     node_ip = next(a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP")
     assert bootstrap["nodes"].startswith(f"{node_ip}:"), bootstrap
     assert bootstrap["cloud"] == "203.0.113.10:9095", bootstrap  # the bootstrap Service's
+    status = (get(kubectl, namespace, "kafkacluster", CLUSTER) or {})["status"]
+    advertised = status["nodes"][0]["addresses"]
+    assert advertised["cloud"] == "203.0.113.11:9095", advertised  # its own Service's
+    assert advertised["nodes"].startswith(f"{node_ip}:"), advertised
     for listener in ("nodes", "cloud"):
         topic = f"from-{listener}"
         create_topic(bootstrap[listener], topic, 2)

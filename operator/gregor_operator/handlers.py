@@ -189,45 +189,71 @@ def _with_active_controller(facts: BrokerFacts | None, observed: Observed) -> Br
     voters = [pod for pod in observed.pods if pod.pool in ("controller", "combined")]
     if not any(pod.revision != updates.get(pod.pool) for pod in voters):
         return facts
-    addresses = {pod.name: f"{pod.ip}:{METRICS_PORT}" for pod in voters if pod.ip}
+    addresses = {
+        pod.name: f"[{pod.ip}]:{METRICS_PORT}" if ":" in pod.ip else f"{pod.ip}:{METRICS_PORT}"
+        for pod in voters
+        if pod.ip
+    }
     return dataclasses.replace(facts, active_controller=active_controller(addresses))
 
 
+AGAIN_PASSES = 3
+"""At most this many reconciliations in a row when the plan asks to look again sooner than
+the timer would (a node port just allocated, a restart a few seconds away)."""
+
+
 def reconcile_cluster(body: kopf.Body) -> Plan | None:
-    """One reconciliation: observe, plan, apply, restart at most one pod, write the status.
-    None when another reconciliation of the same cluster is already running."""
+    """Reconcile, and again at once while the plan wants another look sooner than the timer
+    would give it. None when another reconciliation of the same cluster is already running."""
     metadata = body["metadata"]
     name, namespace = metadata["name"], metadata["namespace"]
     with _reconciling("kafkacluster", namespace, name) as running:
         if not running:
             return None
-        adapter = kube()
-        status = body.get("status") or {}
-        cluster_id = adapter.cluster_id(namespace, name) or status.get("clusterId")
-        cluster_id = cluster_id or new_cluster_id()
-        observed = adapter.observe(namespace, name)
-        everyone_ready = bool(observed.pods) and all(p.ready for p in observed.pods)
-        facts = broker_facts(_bootstrap(body, namespace)) if everyone_ready else None
-        facts = _with_active_controller(facts, observed)
-        found = plan(
-            body,
-            namespace=namespace,
-            cluster_id=cluster_id,
-            observed=observed,
-            facts=facts,
-            image=SETTINGS.image,
-            cluster_domain=SETTINGS.cluster_domain,
-            dns_ttl_s=SETTINGS.dns_ttl_s,
-        )
-        for document in found.objects:
-            adapter.apply(document)
-        for kind, gone in found.deletions:
-            if kind == "Service":
-                adapter.delete_service(namespace, gone)
-        if found.restart is not None:
-            adapter.delete_pod(namespace, found.restart.pod)
-        _write_status(body, "kafkaclusters", found)
+        found = _reconcile_once(body)
+        for _ in range(AGAIN_PASSES - 1):
+            wait = found.requeue_after
+            if wait is None or wait >= SETTINGS.interval_s:
+                break
+            time.sleep(wait)
+            fresh = kube().custom_object(namespace, "kafkaclusters", name)
+            if fresh is None:
+                break
+            found = _reconcile_once(kopf.Body(fresh))  # type: ignore[arg-type]
         return found
+
+
+def _reconcile_once(body: kopf.Body) -> Plan:
+    """Observe, plan, apply, restart at most one pod, write the status."""
+    metadata = body["metadata"]
+    name, namespace = metadata["name"], metadata["namespace"]
+    adapter = kube()
+    status = body.get("status") or {}
+    cluster_id = adapter.cluster_id(namespace, name) or status.get("clusterId")
+    cluster_id = cluster_id or new_cluster_id()
+    observed = adapter.observe(namespace, name)
+    everyone_ready = bool(observed.pods) and all(p.ready for p in observed.pods)
+    facts = broker_facts(_bootstrap(body, namespace)) if everyone_ready else None
+    facts = _with_active_controller(facts, observed)
+    found = plan(
+        body,
+        namespace=namespace,
+        cluster_id=cluster_id,
+        observed=observed,
+        facts=facts,
+        image=SETTINGS.image,
+        cluster_domain=SETTINGS.cluster_domain,
+        dns_ttl_s=SETTINGS.dns_ttl_s,
+    )
+    for document in found.objects:
+        adapter.apply(document)
+    for kind, gone in found.deletions:
+        if kind == "Service":
+            adapter.delete_service(namespace, gone)
+    if found.restart is not None:
+        adapter.delete_pod(namespace, found.restart.pod)
+    _write_status(body, "kafkaclusters", found)
+    return found
 
 
 def _write_status(body: kopf.Body, plural: str, found: Plan | TopicPlan) -> None:
@@ -277,7 +303,8 @@ def _cluster_of(namespace: str, name: str) -> tuple[bool | None, str | None]:
         for c in status.get("conditions") or []
     )
     listeners = status.get("listeners") or []
-    return ready, listeners[0]["bootstrapServers"] if listeners else None
+    internal = [item for item in listeners if item.get("type", "internal") == "internal"]
+    return ready, internal[0]["bootstrapServers"] if internal else None
 
 
 def reconcile_topic(body: kopf.Body) -> TopicPlan | None:

@@ -97,7 +97,8 @@ class Kube:
                     pool=role,
                     ordinal=int(ordinal),
                     ready=_ready(pod),
-                    running=_running(pod),
+                    running_for_s=_running_for(pod, now),
+                    uid=pod.metadata.uid,
                     ready_for_s=_ready_for(pod, now),
                     ip=pod.status.pod_ip if pod.status else None,
                     host_ip=pod.status.host_ip if pod.status else None,
@@ -155,8 +156,10 @@ def _service(service: Any) -> ServiceState:
         for point in (balancer.ingress if balancer else None) or []
         if point.ip or point.hostname
     )
+    owners = [o.uid for o in service.metadata.owner_references or [] if o.controller]
     return ServiceState(
         listener=(service.metadata.labels or {}).get(EXTERNAL_LABEL),
+        owner=owners[0] if owners else None,
         node_port=ports[0].node_port if ports else None,
         ingress=ingress,
     )
@@ -175,19 +178,25 @@ def _ready(pod: Any) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in conditions)
 
 
-def _running(pod: Any) -> bool:
+def _running_for(pod: Any, now: datetime.datetime) -> float:
+    """How long its container has been running; 0 when it is not."""
     statuses = (pod.status.container_statuses if pod.status else None) or []
-    return bool(statuses) and all(c.state is not None and c.state.running for c in statuses)
+    running = [c.state.running for c in statuses if c.state is not None and c.state.running]
+    if not statuses or len(running) < len(statuses):
+        return 0.0
+    since = [r.started_at for r in running if r.started_at is not None]
+    return max(0.0, (now - max(since)).total_seconds()) if since else 0.0
 
 
 def _ready_for(pod: Any, now: datetime.datetime) -> float:
-    """How long the pod has been ready: 0 when it is not, and when Kubernetes does not say
-    since when (a restart then waits as long as for a pod that just became ready)."""
+    """How long the pod has been ready: 0 when it is not. When Kubernetes does not say since
+    when, long enough (nothing could ever be waited out otherwise). The kubelet's clock and
+    the operator's may differ: a roll then waits that much more or less."""
     conditions = (pod.status.conditions if pod.status else None) or []
     for condition in conditions:
         if condition.type == "Ready" and condition.status == "True":
             since = condition.last_transition_time
-            return max(0.0, (now - since).total_seconds()) if since is not None else 0.0
+            return max(0.0, (now - since).total_seconds()) if since is not None else float("inf")
     return 0.0
 
 

@@ -22,6 +22,7 @@ from pydantic import (
     StringConstraints,
     ValidationError,
     WithJsonSchema,
+    field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -157,11 +158,43 @@ class NodePool(Model):
     resources: Resources | None = None
 
 
+RESERVED_LISTENER_NAMES = ("bootstrap", "broker", "combined", "controller", "node", "nodes")
+"""Words in the names of the objects of a cluster: a listener named so could give one of its
+Services the name of another cluster's object."""
+
+
 class Listener(Model):
     """A listener clients connect to."""
 
-    name: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9]{0,13}$")]
-    """Lower case letters and digits; Kafka's listener name is its upper-case form."""
+    name: Annotated[
+        str,
+        StringConstraints(pattern=r"^[a-z][a-z0-9]{0,13}$"),
+        Field(
+            json_schema_extra={
+                "x-kubernetes-validations": [
+                    {
+                        "rule": f"!(self in {list(RESERVED_LISTENER_NAMES)})",
+                        "message": "listener names "
+                        + ", ".join(RESERVED_LISTENER_NAMES)
+                        + " are reserved",
+                    }
+                ]
+            }
+        ),
+    ]
+    """Lower case letters and digits; Kafka's listener name is its upper-case form. Not one
+    of `bootstrap`, `broker`, `combined`, `controller`, `node`, `nodes`: the operator names
+    Services after it."""
+
+    @field_validator("name")
+    @classmethod
+    def _not_reserved(cls, name: str) -> str:
+        if name in RESERVED_LISTENER_NAMES:
+            raise ValueError(
+                "listener names " + ", ".join(RESERVED_LISTENER_NAMES) + " are reserved"
+            )
+        return name
+
     port: Annotated[int, Field(ge=1024, le=65535)]
     """The container port; 9091, 9093 and 9404 are the operator's own."""
     type: Literal["internal", "nodeport", "loadbalancer"] = "internal"
@@ -313,6 +346,10 @@ class NodeStatus(Model):
     ready: bool
     broker_state: str | None = None
     """As the controller sees the broker: `Unfenced`, `Fenced`, `ControlledShutdown`."""
+    pod_uid: str | None = None
+    addresses: dict[str, str] | None = None
+    """The address the broker advertises on each external listener, as its pod (`podUid`)
+    started with it."""
 
 
 class KafkaClusterStatus(Status):

@@ -32,6 +32,7 @@ __all__ = [
     "CONTROLLER_PORT",
     "EXTERNAL_LABEL",
     "METRICS_PORT",
+    "NODE_HOST",
     "REPLICATION_PORT",
     "Claims",
     "External",
@@ -64,7 +65,11 @@ DEFAULT_IMAGE = "gregor-broker:dev"
 
 External = Mapping[str, Mapping[int, str]]
 """The address each broker advertises on each external listener: listener name → ordinal
-(in the pool) → `host:port`, where a node port's host is `${HOST_IP}`, the pod's node."""
+(in the pool) → `host:port`, where a node port's host is `NODE_HOST`, the pod's node."""
+
+NODE_HOST = "@node@"
+"""Stands for the address of the node a pod runs on, which its command puts in: the downward
+API's `status.hostIP`, in brackets when it is IPv6 (as `advertised.listeners` needs)."""
 
 Claims = tuple[str, str | None] | None
 """A pool's data volume: the (size, storage class) of each pod's claim; None: an emptyDir."""
@@ -155,7 +160,7 @@ def bootstrap_address(cluster: str, namespace: str, cluster_domain: str, port: i
 
 
 def external_bootstrap_name(target: Target, listener: Listener) -> str:
-    return f"{target.name}-{listener.name}-bootstrap"
+    return f"{target.name}-bootstrap-{listener.name}"
 
 
 def external_service_name(target: Target, pool: Pool, ordinal: int, listener: Listener) -> str:
@@ -274,15 +279,35 @@ def _address_variable(listener: Listener) -> str:
     return f"GREGOR_ADDRESS_{_kafka_name(listener)}"
 
 
-def _command(
-    target: Target, spec: KafkaClusterSpec, pool: Pool, external: External | None = None
-) -> list[str]:
+ADDRESSES_FILE = "addresses"
+"""In the pool's ConfigMap: `<LISTENER>.<ordinal>=<host:port>`, a line per broker and
+external listener; each pod reads its own lines when it starts."""
+
+
+def _command(target: Target, spec: KafkaClusterSpec, pool: Pool) -> list[str]:
     """The node's command: its ordinal is the end of its pod's name, its id the pool's base
     plus the ordinal, its advertised listeners its own DNS name, and on an external listener
-    the address `external` gives its ordinal."""
+    its line of the ConfigMap's `addresses`. The template is the same for every pod, so a
+    scale-up (new lines there) restarts no running pod."""
     overrides = ['--override "node.id=$((GREGOR_NODE_ID_BASE + ${POD_NAME##*-}))"']
     lines = []
     outside = {_kafka_name(listener): listener for listener in external_listeners(spec)}
+    if pool.is_broker and outside:
+        if any(listener.type == "nodeport" for listener in outside.values()):
+            lines.append(
+                'case "$HOST_IP" in *:*) GREGOR_NODE_HOST="[$HOST_IP]" ;; '
+                '*) GREGOR_NODE_HOST="$HOST_IP" ;; esac'
+            )
+        for name, listener in outside.items():
+            variable = _address_variable(listener)
+            lines.append(
+                f'{variable}=$(sed -n "s/^{name}\\.${{POD_NAME##*-}}=//p" '
+                f'{CONFIG_DIR}/{ADDRESSES_FILE} | sed "s/{NODE_HOST}/$GREGOR_NODE_HOST/")'
+            )
+            lines.append(
+                f'[ -n "${variable}" ] || {{ echo "$POD_NAME has no address on listener '
+                f'{listener.name} yet" >&2; exit 1; }}'
+            )
     if pool.is_broker:
         host = _pod_host(target, "${POD_NAME}")
         advertised = []
@@ -294,16 +319,6 @@ def _command(
             else:
                 advertised.append(f"{name}://{host}:{port}")
         overrides.append(f'--override "advertised.listeners={",".join(advertised)}"')
-        for listener in outside.values():
-            addresses = (external or {}).get(listener.name, {})
-            cases = " ".join(
-                f'{ordinal}) {_address_variable(listener)}="{address}" ;;'
-                for ordinal, address in sorted(addresses.items())
-            )
-            lines.append(
-                f'case "${{POD_NAME##*-}}" in {cases} *) echo "$POD_NAME has no address on '
-                f'listener {listener.name} yet" >&2; exit 1 ;; esac'
-            )
     script = (
         f"exec gregor broker --config {CONFIG_DIR}/server.properties "
         f'--cluster-id "$GREGOR_CLUSTER_ID" ' + " ".join(overrides)
@@ -311,12 +326,12 @@ def _command(
     return ["/bin/sh", "-c", "\n".join([*lines, script])]
 
 
-def config_hash(
-    target: Target, spec: KafkaClusterSpec, pool: Pool, external: External | None = None
-) -> str:
-    """What a pod of the pool runs, as one hash: a change makes a new revision to roll to."""
+def config_hash(target: Target, spec: KafkaClusterSpec, pool: Pool) -> str:
+    """What a pod of the pool runs, as one hash: a change makes a new revision to roll to.
+    The external addresses are not in it: a pod whose address changed is restarted on its
+    own (`planner`), and a new broker's address changes nothing for the others."""
     text = _properties_text(server_properties(target, spec, pool)) + "\0".join(
-        _command(target, spec, pool, external)
+        _command(target, spec, pool)
     )
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -324,12 +339,21 @@ def config_hash(
 # -- the objects ------------------------------------------------------------------------------
 
 
-def config_map(target: Target, spec: KafkaClusterSpec, pool: Pool) -> dict[str, Any]:
+def config_map(
+    target: Target, spec: KafkaClusterSpec, pool: Pool, external: External | None = None
+) -> dict[str, Any]:
+    data = {"server.properties": _properties_text(server_properties(target, spec, pool))}
+    if pool.is_broker and external_listeners(spec):
+        data[ADDRESSES_FILE] = "".join(
+            f"{_kafka_name(listener)}.{ordinal}={(external or {})[listener.name][ordinal]}\n"
+            for listener in external_listeners(spec)
+            for ordinal in sorted((external or {}).get(listener.name, {}))
+        )
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _metadata(target, _config_map_name(target, pool), pool_labels(target, pool)),
-        "data": {"server.properties": _properties_text(server_properties(target, spec, pool))},
+        "data": data,
     }
 
 
@@ -474,9 +498,7 @@ def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
     }
 
 
-def _container(
-    target: Target, spec: KafkaClusterSpec, pool: Pool, external: External | None
-) -> dict[str, Any]:
+def _container(target: Target, spec: KafkaClusterSpec, pool: Pool) -> dict[str, Any]:
     ports = [
         {"name": name.lower()[:15], "containerPort": port} for name, port in _listeners(spec, pool)
     ]
@@ -484,7 +506,7 @@ def _container(
     container: dict[str, Any] = {
         "name": "gregor",
         "image": spec.image or target.image,
-        "command": _command(target, spec, pool, external),
+        "command": _command(target, spec, pool),
         "env": [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "GREGOR_NODE_ID_BASE", "value": str(pool.node_id_base)},
@@ -523,21 +545,15 @@ def _container(
     return container
 
 
-def statefulset(  # noqa: PLR0917 -- the planner's allowances, each its own
-    target: Target,
-    spec: KafkaClusterSpec,
-    pool: Pool,
-    replicas: int,
-    claims: Claims,
-    external: External | None = None,
+def statefulset(
+    target: Target, spec: KafkaClusterSpec, pool: Pool, replicas: int, claims: Claims
 ) -> dict[str, Any]:
     """The pool's nodes. `replicas` and `claims` are what the planner allows (a scale-down
-    or a storage change it refuses keeps the current ones); `external`, the addresses its
-    brokers advertise on the external listeners."""
+    or a storage change it refuses keeps the current ones)."""
     template = spec.template
     labels = pool_labels(target, pool) | dict((template.labels if template else None) or {})
     annotations = dict((template.annotations if template else None) or {})
-    annotations[CONFIG_HASH] = config_hash(target, spec, pool, external)
+    annotations[CONFIG_HASH] = config_hash(target, spec, pool)
     if spec.metrics.enabled:
         annotations |= {"prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT)}
     pod_spec: dict[str, Any] = {
@@ -551,7 +567,7 @@ def statefulset(  # noqa: PLR0917 -- the planner's allowances, each its own
             "runAsGroup": 10001,
             "fsGroup": 10001,
         },
-        "containers": [_container(target, spec, pool, external)],
+        "containers": [_container(target, spec, pool)],
         "volumes": [
             {"name": "config", "configMap": {"name": _config_map_name(target, pool)}},
         ],
@@ -622,7 +638,8 @@ def desired_objects(
     """Every object of the cluster, in the order they are applied: what the pods need before
     the StatefulSets that start them. `replicas` and `claims` override a pool's size and
     volume (a refused scale-down or storage change keeps the current ones). With external
-    listeners, a broker pool's StatefulSet is left out until `external` has its addresses."""
+    listeners, a broker pool's ConfigMap and StatefulSet are left out until `external` has
+    its addresses: a pod would start with a configuration it has no address for."""
     spec = cluster.spec
     found = [
         service_account(target),
@@ -631,15 +648,20 @@ def desired_objects(
         bootstrap_service(target, spec),
         *external_services(target, spec, replicas),
     ]
-    for pool in pools(spec):
-        found.append(config_map(target, spec, pool))
     outside = external_listeners(spec)
+    held = {
+        pool.role
+        for pool in pools(spec)
+        if pool.is_broker and outside and (external or {}).get(pool.role) is None
+    }
+    for pool in pools(spec):
+        if pool.role not in held:
+            found.append(config_map(target, spec, pool, (external or {}).get(pool.role)))
     for pool in pools(spec):
         found.append(pod_disruption_budget(target, pool))
+        if pool.role in held:
+            continue
         count = (replicas or {}).get(pool.role, pool.spec.replicas)
         volume = (claims or {}).get(pool.role, claims_of(pool.spec.storage))
-        addresses = (external or {}).get(pool.role)
-        if pool.is_broker and outside and addresses is None:
-            continue
-        found.append(statefulset(target, spec, pool, count, volume, addresses))
+        found.append(statefulset(target, spec, pool, count, volume))
     return found

@@ -52,6 +52,7 @@ from broker.storage.config import InvalidConfig
 
 from .models import KafkaCluster, Listener, problems
 from .objects import (
+    NODE_HOST,
     Claims,
     External,
     Pool,
@@ -96,6 +97,10 @@ STUCK_REASONS = frozenset(
 WAIT_S = 10.0
 """How soon to look again while something is in progress."""
 
+QUORUM_GRACE_S = 30.0
+"""How long dedicated controllers may run without a leader before the status calls it a
+quorum that did not form (an election takes a second or two; a start, a few more)."""
+
 PENDING_WAIT_S = 2.0
 """How soon to look again for addresses Kubernetes gives out (a node port: at once)."""
 
@@ -117,8 +122,9 @@ class PodState:
     """A reason from STUCK_REASONS, when the pod has one."""
     ready_for_s: float = float("inf")
     """How long the pod has been ready (its Ready condition's age; 0 when not ready)."""
-    running: bool = True
-    """Its container is running (it may not be ready yet)."""
+    running_for_s: float = float("inf")
+    """How long its container has been running (0 when it is not)."""
+    uid: str | None = None
     ip: str | None = None
     host_ip: str | None = None
     """The address of the node it runs on."""
@@ -138,6 +144,8 @@ class ServiceState:
     """The external listener it serves (its `gregor.dev/listener` label), if any."""
     node_port: int | None = None
     """The node port Kubernetes allocated, if it is a NodePort or LoadBalancer Service."""
+    owner: str | None = None
+    """The uid of the object that controls it (its KafkaCluster's, if the operator made it)."""
     ingress: tuple[str, ...] = ()
     """Its load balancer's addresses (IP or host name), once the cloud has made one."""
 
@@ -226,21 +234,26 @@ def plan(
     refused += refused_claims
     external, pending = _external_addresses(target, cluster, observed, replicas)
     objects = desired_objects(target, cluster, replicas, claims, external)
-    restart, settling = _next_restart(cluster, observed, facts, dns_ttl_s)
+    too_long = _names_too_long(objects)
+    if too_long is not None:
+        return _invalid(too_long, reason="NameTooLong")
+    started, moved = _started_with(resource, cluster, observed, external)
+    restart, settling = _next_restart(cluster, observed, facts, dns_ttl_s, moved)
     conditions, requeue = _conditions(
-        cluster, observed, facts, replicas, restart, settling=settling
+        cluster, observed, facts, replicas, restart, settling=settling, moved=moved
     )
-    if pending:
-        conditions[0] = ConditionState(
-            "Ready",
-            "False",
-            "ExternalAddressesPending",
-            "waiting for Kubernetes to give these Services an address: " + ", ".join(pending),
+    if pending and conditions[0].reason not in ("NodesStuck", "QuorumNotFormed"):
+        message = "waiting for Kubernetes to give these Services an address: " + ", ".join(
+            name for name, _ in pending
         )
-        conditions[1] = ConditionState(
-            "Reconciling", "True", "ExternalAddressesPending", conditions[0].message
-        )
-        requeue = min(requeue or WAIT_S, PENDING_WAIT_S)
+        conditions[0] = ConditionState("Ready", "False", "ExternalAddressesPending", message)
+        if restart is None:
+            conditions[1] = ConditionState(
+                "Reconciling", "True", "ExternalAddressesPending", message
+            )
+        # A node port is allocated with its Service; a load balancer takes its time.
+        soon = any(kind == "nodeport" for _, kind in pending)
+        requeue = min(requeue or WAIT_S, PENDING_WAIT_S if soon else WAIT_S)
     if settling is not None and requeue is not None:
         requeue = min(requeue, settling[0])
     if refused:
@@ -255,13 +268,13 @@ def plan(
         objects=objects,
         restart=restart,
         conditions=conditions,
-        status=_status(cluster, target, observed, facts, replicas),
+        status=_status(cluster, target, observed, facts, replicas, started=started),
         events=events,
         requeue_after=requeue,
         deletions=[
             ("Service", name)
             for name, service in sorted(observed.services.items())
-            if service.listener is not None and name not in wanted
+            if service.listener is not None and service.owner == target.uid and name not in wanted
         ],
     )
 
@@ -282,11 +295,11 @@ def _invalid(message: str, *, reason: str = "InvalidSpec") -> Plan:
 
 def _external_addresses(
     target: Target, cluster: KafkaCluster, observed: Observed, replicas: Mapping[Role, int]
-) -> tuple[dict[Role, External], list[str]]:
+) -> tuple[dict[Role, External], list[tuple[str, str]]]:
     """What each broker pool's brokers advertise on the external listeners, for the pools
-    whose every address is known; and the Services still without one."""
+    whose every address is known; and the Services still without one (name, type)."""
     found: dict[Role, External] = {}
-    pending: list[str] = []
+    pending: list[tuple[str, str]] = []
     outside = external_listeners(cluster.spec)
     for pool in pools(cluster.spec):
         if not pool.is_broker or not outside:
@@ -298,7 +311,7 @@ def _external_addresses(
                 name = external_service_name(target, pool, ordinal, listener)
                 address = _advertised(listener, observed.services.get(name))
                 if address is None:
-                    pending.append(name)
+                    pending.append((name, listener.type))
                     complete = False
                 else:
                     addresses.setdefault(listener.name, {})[ordinal] = address
@@ -308,13 +321,80 @@ def _external_addresses(
 
 
 def _advertised(listener: Listener, service: ServiceState | None) -> str | None:
-    """`host:port` for a broker's own Service: the node the pod runs on (`${HOST_IP}`, which
+    """`host:port` for a broker's own Service: the node the pod runs on (`NODE_HOST`, which
     its shell expands) and the node port, or the load balancer's address and the port."""
     if service is None:
         return None
     if listener.type == "nodeport":
-        return None if service.node_port is None else f"${{HOST_IP}}:{service.node_port}"
-    return f"{service.ingress[0]}:{listener.port}" if service.ingress else None
+        return None if service.node_port is None else f"{NODE_HOST}:{service.node_port}"
+    return f"{_host(service.ingress[0])}:{listener.port}" if service.ingress else None
+
+
+def _host(address: str) -> str:
+    """An IPv6 address in brackets, as `host:port` needs it."""
+    return f"[{address}]" if ":" in address else address
+
+
+MAX_NAME = {"Service": 63, "StatefulSet": 52}
+"""A Service's name is a DNS label; a StatefulSet's, with the revision hash Kubernetes adds
+to label its pods (`<name>-<10 characters>`), must fit in a label value."""
+
+
+def _names_too_long(objects: Sequence[Mapping[str, Any]]) -> str | None:
+    long = [
+        f"{o['kind']} {o['metadata']['name']} ({len(o['metadata']['name'])} characters, at "
+        f"most {MAX_NAME[o['kind']]})"
+        for o in objects
+        if len(o["metadata"]["name"]) > MAX_NAME.get(o["kind"], 253)
+    ]
+    if not long:
+        return None
+    return (
+        "names too long for Kubernetes: "
+        + ", ".join(long)
+        + ("; shorten the cluster's name or its listeners'")
+    )
+
+
+Started = Mapping[str, tuple[str, Mapping[str, str]]]
+"""Broker pod → (its uid, the external address it started with, by listener)."""
+
+
+def _started_with(
+    resource: Mapping[str, Any],
+    cluster: KafkaCluster,
+    observed: Observed,
+    external: Mapping[Role, External],
+) -> tuple[dict[str, tuple[str, dict[str, str]]], dict[str, str]]:
+    """The external addresses each broker pod started with, and the pods whose address has
+    changed since (pod → why). The status records them with the pod's uid; a pod not seen
+    before started with the addresses the ConfigMap has now. The addresses are not in the
+    pods' template, so this is how a broker whose load balancer moved gets restarted."""
+    previous = {
+        node.get("pod"): node for node in ((resource.get("status") or {}).get("nodes") or [])
+    }
+    started: dict[str, tuple[str, dict[str, str]]] = {}
+    moved: dict[str, str] = {}
+    for pool in pools(cluster.spec):
+        addresses = external.get(pool.role)
+        if not pool.is_broker or addresses is None:
+            continue
+        for pod in observed.pods:
+            if pod.pool != pool.role or pod.uid is None or pod.host_ip is None:
+                continue
+            wanted = {
+                listener: by_ordinal[pod.ordinal].replace(NODE_HOST, _host(pod.host_ip))
+                for listener, by_ordinal in addresses.items()
+                if pod.ordinal in by_ordinal
+            }
+            before = previous.get(pod.name) or {}
+            recorded = before.get("addresses") if before.get("podUid") == pod.uid else None
+            had = dict(recorded) if isinstance(recorded, Mapping) else wanted
+            started[pod.name] = (pod.uid, had)
+            changed = [f"{n} ({had.get(n)} → {a})" for n, a in wanted.items() if had.get(n) != a]
+            if changed:
+                moved[pod.name] = "its external address changed: " + ", ".join(changed)
+    return started, moved
 
 
 def _broker_refuses(target: Target, cluster: KafkaCluster) -> str | None:
@@ -411,12 +491,16 @@ def _node_id(pool: Pool, ordinal: int) -> int:
 
 
 def _next_restart(
-    cluster: KafkaCluster, observed: Observed, facts: BrokerFacts | None, dns_ttl_s: float
+    cluster: KafkaCluster,
+    observed: Observed,
+    facts: BrokerFacts | None,
+    dns_ttl_s: float,
+    moved: Mapping[str, str],
 ) -> tuple[Restart | None, tuple[float, str] | None]:
     """The rules of the module's docstring, in order; and, when a voter waits for its peers'
     addresses to settle (rule 7), how much longer and why."""
     by_role = {pool.role: pool for pool in pools(cluster.spec)}
-    outdated = [pod for pod in observed.pods if _outdated(pod, observed)]  # 1
+    outdated = [pod for pod in observed.pods if _outdated(pod, observed) or pod.name in moved]  # 1
     if not outdated or any(pod.deleting for pod in observed.pods):  # 2
         return None, None
     for pod in outdated:  # 3
@@ -449,7 +533,8 @@ def _next_restart(
                 f"{newest.ready_for_s:.0f} s ago, and the cluster DNS may still give the "
                 f"other voters its old address for up to {dns_ttl_s:.0f} s",
             )
-    return Restart(pod.name, "its configuration or image changed"), None  # 8
+    reason = moved.get(pod.name, "its configuration or image changed")
+    return Restart(pod.name, reason), None  # 8
 
 
 # -- status -----------------------------------------------------------------------------------
@@ -467,10 +552,13 @@ def _conditions(
     restart: Restart | None,
     *,
     settling: tuple[float, str] | None = None,
+    moved: Mapping[str, str] | None = None,
 ) -> tuple[list[ConditionState], float | None]:
     expected = _expected_pods(cluster, replicas)
     ready = [pod for pod in observed.pods if pod.ready and not pod.deleting]
-    outdated = [pod.name for pod in observed.pods if _outdated(pod, observed)]
+    outdated = [
+        pod.name for pod in observed.pods if _outdated(pod, observed) or pod.name in (moved or {})
+    ]
     not_ready = sorted(
         f"{pod.name} ({pod.stuck})" if pod.stuck else pod.name
         for pod in observed.pods
@@ -487,10 +575,13 @@ def _conditions(
         waiting = ", ".join(not_ready + ([f"{missing} not created yet"] if missing > 0 else []))
         reason = "NodesNotReady"
         message = f"{len(ready)}/{expected} nodes ready; waiting for {waiting}"
-        voters = [pod for pod in observed.pods if pod.pool in ("controller", "combined")]
+        controllers = [pod for pod in observed.pods if pod.pool == "controller"]
         if any(pod.stuck for pod in observed.pods):
             reason = "NodesStuck"
-        elif voters and all(p.running and not p.ready and not p.deleting for p in voters):
+        elif controllers and all(
+            p.running_for_s >= QUORUM_GRACE_S and not p.ready and not p.deleting
+            for p in controllers
+        ):
             reason = "QuorumNotFormed"
             message += (
                 "; every controller runs but none is ready: they have not elected a leader "
@@ -556,6 +647,8 @@ def _status(
     observed: Observed,
     facts: BrokerFacts | None,
     replicas: Mapping[Role, int],
+    *,
+    started: Started | None = None,
 ) -> dict[str, Any]:
     by_name = {pod.name: pod for pod in observed.pods}
     nodes = []
@@ -571,6 +664,9 @@ def _status(
             }
             if pool.is_broker and facts is not None:
                 node["brokerState"] = facts.brokers.get(_node_id(pool, ordinal), "NotRegistered")
+            if name in (started or {}):
+                uid, addresses = (started or {})[name]
+                node |= {"podUid": uid, "addresses": dict(addresses)}
             nodes.append(node)
     ready = sum(1 for node in nodes if node["ready"])
     return {
@@ -581,7 +677,8 @@ def _status(
                 "type": listener.type,
                 "bootstrapServers": _bootstrap_servers(target, listener, observed),
             }
-            for listener in cluster.spec.listeners
+            # Internal ones first: `kubectl get kc` shows the first, and topics use it.
+            for listener in sorted(cluster.spec.listeners, key=lambda x: x.type != "internal")
         ],
         "nodes": nodes,
         "readyNodes": f"{ready}/{len(nodes)}",
@@ -597,13 +694,13 @@ def _bootstrap_servers(target: Target, listener: Listener, observed: Observed) -
     if service is None:
         return ""
     if listener.type == "loadbalancer":
-        return ",".join(f"{host}:{listener.port}" for host in service.ingress)
+        return ",".join(f"{_host(host)}:{listener.port}" for host in service.ingress)
     if service.node_port is None:
         return ""
     hosts = sorted(
         {p.host_ip for p in observed.pods if p.host_ip and p.pool in ("broker", "combined")}
     )
-    return ",".join(f"{host}:{service.node_port}" for host in hosts)
+    return ",".join(f"{_host(host)}:{service.node_port}" for host in hosts)
 
 
 def merge_conditions(

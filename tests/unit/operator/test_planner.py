@@ -6,7 +6,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -186,11 +188,17 @@ def test_the_headless_service_publishes_nodes_before_they_are_ready() -> None:
     assert bootstrap["selector"] == {"gregor.dev/cluster": "gregor", "gregor.dev/broker": "true"}
 
 
-def _pod_properties(found: Plan, statefulset: str, ordinal: int) -> dict[str, str]:
+def _pod_properties(
+    found: Plan, statefulset: str, ordinal: int, host_ip: str = NODE_IP
+) -> dict[str, str]:
     """What a pod's node reads: its pool's server.properties and the overrides its command
-    computes, found by running that command under /bin/sh with a stand-in `gregor`."""
+    computes, found by running that command under /bin/sh with a stand-in `gregor`, its
+    ConfigMap mounted where the command reads it."""
     config_map = objects(found, "ConfigMap")[f"{statefulset}-config"]
     properties = parse_properties(config_map["data"]["server.properties"])
+    mounted = Path(tempfile.mkdtemp())
+    for key, text in config_map["data"].items():
+        (mounted / key).write_text(text)
     (container,) = objects(found, "StatefulSet")[statefulset]["spec"]["template"]["spec"][
         "containers"
     ]
@@ -198,17 +206,21 @@ def _pod_properties(found: Plan, statefulset: str, ordinal: int) -> dict[str, st
     env |= {
         "POD_NAME": f"{statefulset}-{ordinal}",
         "GREGOR_CLUSTER_ID": CLUSTER_ID,
-        "HOST_IP": NODE_IP,  # the downward API's status.hostIP
+        "HOST_IP": host_ip,  # the downward API's status.hostIP
     }
     stand_in = 'gregor() { for a in "$@"; do printf \'%s\\n\' "$a"; done; }; '
     script = container["command"][2].replace("exec gregor", "gregor", 1)
-    said = subprocess.run(
-        [container["command"][0], "-c", stand_in + script],
-        env={"PATH": os.environ["PATH"], **env},
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.splitlines()
+    script = script.replace("/etc/gregor/", f"{mounted}/")
+    try:
+        said = subprocess.run(
+            [container["command"][0], "-c", stand_in + script],
+            env={"PATH": os.environ["PATH"], **env},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.splitlines()
+    finally:
+        shutil.rmtree(mounted)
     assert said[said.index("--cluster-id") + 1] == CLUSTER_ID
     overrides = [said[i + 1] for i, arg in enumerate(said) if arg == "--override"]
     return properties | dict(o.split("=", 1) for o in overrides)
@@ -259,12 +271,24 @@ def with_external(kind: str) -> dict[str, Any]:
 BROKER_SERVICES = [f"gregor-broker-{i}-outside" for i in range(3)]
 
 
-def _services(node_ports: dict[str, int], ingress: dict[str, str] | None = None) -> Observed:
-    """The example cluster running, its outside listener's Services as Kubernetes shows them."""
-    observed = running(CURRENT)
-    pods = [dataclasses.replace(pod, host_ip=NODE_IP) for pod in observed.pods]
+def _services(
+    node_ports: dict[str, int],
+    ingress: dict[str, str] | None = None,
+    observed: Observed | None = None,
+) -> Observed:
+    """The example cluster running (or `observed`), its outside listener's Services as
+    Kubernetes shows them."""
+    observed = observed or running(CURRENT)
+    pods = [
+        dataclasses.replace(pod, host_ip=NODE_IP, uid=f"uid-{pod.name}") for pod in observed.pods
+    ]
     services = {
-        name: ServiceState("outside", port, tuple(filter(None, [(ingress or {}).get(name)])))
+        name: ServiceState(
+            "outside",
+            port,
+            owner="0b6e-uid",
+            ingress=tuple(filter(None, [(ingress or {}).get(name)])),
+        )
         for name, port in node_ports.items()
     }
     return Observed(observed.statefulsets, pods, services)
@@ -279,10 +303,10 @@ def test_an_external_listener_gets_a_service_per_broker_and_one_to_bootstrap_fro
     found = planned(with_external(kind))
     services = objects(found, "Service")
     assert {name for name, s in services.items() if s["spec"].get("type") == service_type} == {
-        "gregor-outside-bootstrap",
+        "gregor-bootstrap-outside",
         *BROKER_SERVICES,
     }
-    assert services["gregor-outside-bootstrap"]["spec"]["selector"] == {
+    assert services["gregor-bootstrap-outside"]["spec"]["selector"] == {
         "gregor.dev/cluster": "gregor",
         "gregor.dev/broker": "true",
     }
@@ -298,21 +322,26 @@ def test_an_external_listener_gets_a_service_per_broker_and_one_to_bootstrap_fro
     ready = condition(found, "Ready")
     assert (ready.status, ready.reason) == ("False", "ExternalAddressesPending")
     assert ready.message.endswith(", ".join(BROKER_SERVICES))
-    assert found.requeue_after == 2.0
+    assert "gregor-broker-config" not in objects(found, "ConfigMap")
+    # A node port comes with its Service; a cloud's load balancer takes its time.
+    assert found.requeue_after == (2.0 if kind == "nodeport" else 10.0)
 
 
-def test_brokers_advertise_their_nodes_address_and_their_own_node_port() -> None:
-    ports = {"gregor-outside-bootstrap": 31000} | {
+@pytest.mark.parametrize(("host_ip", "host"), [(NODE_IP, NODE_IP), ("fd00::7", "[fd00::7]")])
+def test_brokers_advertise_their_nodes_address_and_their_own_node_port(
+    host_ip: str, host: str
+) -> None:
+    ports = {"gregor-bootstrap-outside": 31000} | {
         name: 31001 + i for i, name in enumerate(BROKER_SERVICES)
     }
     found = planned(with_external("nodeport"), _services(ports), HEALTHY)
     assert set(objects(found, "StatefulSet")) == {"gregor-controller", "gregor-broker"}
     for ordinal in range(3):
-        properties = _pod_properties(found, "gregor-broker", ordinal)
+        properties = _pod_properties(found, "gregor-broker", ordinal, host_ip)
         advertised = dict(
             item.split("://") for item in properties["advertised.listeners"].split(",")
         )
-        assert advertised["OUTSIDE"] == f"{NODE_IP}:{31001 + ordinal}"
+        assert advertised["OUTSIDE"] == f"{host}:{31001 + ordinal}"
         assert advertised["PLAIN"].startswith(f"gregor-broker-{ordinal}.gregor-nodes.")
         assert "OUTSIDE://:9094" in properties["listeners"]
         BrokerConfig.from_properties(properties)
@@ -325,10 +354,10 @@ def test_brokers_advertise_their_nodes_address_and_their_own_node_port() -> None
 
 
 def test_a_broker_behind_a_load_balancer_advertises_its_address_once_it_has_one() -> None:
-    ports = {"gregor-outside-bootstrap": 31000} | {
+    ports = {"gregor-bootstrap-outside": 31000} | {
         n: 31001 + i for i, n in enumerate(BROKER_SERVICES)
     }
-    ingress = {"gregor-outside-bootstrap": "203.0.113.9", BROKER_SERVICES[0]: "203.0.113.10"}
+    ingress = {"gregor-bootstrap-outside": "203.0.113.9", BROKER_SERVICES[0]: "203.0.113.10"}
     waiting = planned(with_external("loadbalancer"), _services(ports, ingress), HEALTHY)
     assert "gregor-broker" not in objects(waiting, "StatefulSet")
     assert condition(waiting, "Ready").message.endswith(
@@ -345,18 +374,83 @@ def test_a_broker_behind_a_load_balancer_advertises_its_address_once_it_has_one(
         "lb-2.example.com:9094",
     ]
     assert found.status["listeners"][1]["bootstrapServers"] == "203.0.113.9:9094"
-    # A new address is a new configuration: the brokers roll to advertise it.
+    assert found.restart is None
+    # The status records what each broker pod started with; when its load balancer moves,
+    # that broker alone is restarted to advertise the new address.
+    resource = with_external("loadbalancer") | {"status": found.status}
+    assert found.status["nodes"][5]["addresses"] == {"outside": "lb-2.example.com:9094"}
     moved = planned(
-        with_external("loadbalancer"),
-        _services(ports, ingress | {BROKER_SERVICES[2]: "203.0.113.12"}),
+        resource, _services(ports, ingress | {BROKER_SERVICES[2]: "203.0.113.12"}), HEALTHY
+    )
+    assert moved.restart == Restart(
+        "gregor-broker-2",
+        "its external address changed: outside (lb-2.example.com:9094 → 203.0.113.12:9094)",
+    )
+    assert template_hash(moved, "gregor-broker") == template_hash(found, "gregor-broker")
+    assert (
+        "OUTSIDE.2=203.0.113.12:9094"
+        in objects(moved, "ConfigMap")["gregor-broker-config"]["data"]["addresses"]
+    )
+    # Its successor (a new pod uid) starts with the new address: nothing more to restart.
+    successor = _services(ports, ingress | {BROKER_SERVICES[2]: "203.0.113.12"})
+    pods = [
+        dataclasses.replace(p, uid="uid-new") if p.name == "gregor-broker-2" else p
+        for p in successor.pods
+    ]
+    after = planned(
+        resource | {"status": moved.status},
+        Observed(successor.statefulsets, pods, successor.services),
         HEALTHY,
     )
-    assert template_hash(moved, "gregor-broker") != template_hash(found, "gregor-broker")
-    assert template_hash(moved, "gregor-controller") == template_hash(found, "gregor-controller")
+    assert after.restart is None
+    assert after.status["nodes"][5]["addresses"] == {"outside": "203.0.113.12:9094"}
+
+
+def test_scaling_up_brokers_with_an_external_listener_restarts_none() -> None:
+    ports = {"gregor-bootstrap-outside": 31000} | {
+        f"gregor-broker-{i}-outside": 31001 + i for i in range(3)
+    }
+    before = planned(with_external("nodeport"), _services(ports), HEALTHY)
+    resource = with_external("nodeport")
+    resource["spec"]["brokers"]["replicas"] = 5
+    waiting = planned(resource, _services(ports), HEALTHY)
+    # The new brokers' Services are made first; the pool waits for their ports.
+    assert {"gregor-broker-3-outside", "gregor-broker-4-outside"} <= set(
+        objects(waiting, "Service")
+    )
+    assert "gregor-broker" not in objects(waiting, "StatefulSet")
+    assert "gregor-broker-config" not in objects(waiting, "ConfigMap")
+    ports |= {"gregor-broker-3-outside": 31004, "gregor-broker-4-outside": 31005}
+    grown = planned(resource, _services(ports), HEALTHY)
+    assert objects(grown, "StatefulSet")["gregor-broker"]["spec"]["replicas"] == 5
+    assert template_hash(grown, "gregor-broker") == template_hash(before, "gregor-broker")
+    assert grown.restart is None
+    assert _pod_properties(grown, "gregor-broker", 4)["advertised.listeners"].endswith(
+        f"OUTSIDE://{NODE_IP}:31005"
+    )
+
+
+def test_names_kubernetes_cannot_take_are_refused_before_anything_is_applied() -> None:
+    resource = with_external("nodeport")
+    resource["metadata"]["name"] = "payments-eu-west-1-production-cluster-a-primary"  # 47
+    found = planned(resource)
+    assert found.objects == []
+    ready = condition(found, "Ready")
+    assert ready.reason == "NameTooLong"
+    name = "payments-eu-west-1-production-cluster-a-primary"
+    assert f"Service {name}-broker-0-outside (64 characters, at most 63)" in ready.message
+    assert f"StatefulSet {name}-controller (58 characters, at most 52)" in ready.message
+
+
+def test_a_listener_may_not_be_named_like_the_clusters_objects() -> None:
+    resource = example()
+    resource["spec"]["listeners"] = [{"name": "nodes", "port": 9092}]
+    ready = condition(planned(resource), "Ready")
+    assert (ready.reason, "are reserved" in ready.message) == ("InvalidSpec", True)
 
 
 def test_the_services_of_a_listener_taken_out_of_the_spec_are_deleted() -> None:
-    ports = {"gregor-outside-bootstrap": 31000} | {
+    ports = {"gregor-bootstrap-outside": 31000} | {
         n: 31001 + i for i, n in enumerate(BROKER_SERVICES)
     }
     observed = _services(ports)
@@ -617,11 +711,14 @@ def test_controllers_that_run_but_are_none_ready_are_a_quorum_not_formed() -> No
     # One controller restarting while the others lead is an ordinary wait.
     one = condition(planned(example(), running(CURRENT, not_ready=controllers[:1])), "Ready")
     assert one.reason == "NodesNotReady"
-    # Containers still starting (pulling an image, say) are not a quorum's fault yet.
+    # Controllers that started seconds ago may simply not have elected one yet.
     starting = running(CURRENT, not_ready=controllers)
     starting = Observed(
         starting.statefulsets,
-        [dataclasses.replace(p, running=p.pool != "controller") for p in starting.pods],
+        [
+            dataclasses.replace(p, running_for_s=10.0 if p.pool == "controller" else 1e9)
+            for p in starting.pods
+        ],
     )
     assert condition(planned(example(), starting), "Ready").reason == "NodesNotReady"
 
