@@ -282,7 +282,7 @@ def test_external_listeners_take_clients_from_outside_the_cluster(
     back through each."""
     listeners = [
         {"name": "plain", "port": 9092},
-        {"name": "nodes", "port": 9094, "type": "nodeport"},
+        {"name": "direct", "port": 9094, "type": "nodeport"},
         {"name": "cloud", "port": 9095, "type": "loadbalancer"},
     ]
     apply_example(kubectl, namespace, {"listeners": listeners})
@@ -307,13 +307,13 @@ def test_external_listeners_take_clients_from_outside_the_cluster(
     bootstrap = eventually("the node to be ready, reachable from outside", addresses, timeout=180)
     node = json.loads(kubectl("get", "nodes", "-o", "json"))["items"][0]
     node_ip = next(a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP")
-    assert bootstrap["nodes"].startswith(f"{node_ip}:"), bootstrap
+    assert bootstrap["direct"].startswith(f"{node_ip}:"), bootstrap
     assert bootstrap["cloud"] == "203.0.113.10:9095", bootstrap  # the bootstrap Service's
     status = (get(kubectl, namespace, "kafkacluster", CLUSTER) or {})["status"]
     advertised = status["nodes"][0]["addresses"]
     assert advertised["cloud"] == "203.0.113.11:9095", advertised  # its own Service's
-    assert advertised["nodes"].startswith(f"{node_ip}:"), advertised
-    for listener in ("nodes", "cloud"):
+    assert advertised["direct"].startswith(f"{node_ip}:"), advertised
+    for listener in ("direct", "cloud"):
         topic = f"from-{listener}"
         create_topic(bootstrap[listener], topic, 2)
         producer = Producer({"bootstrap.servers": bootstrap[listener], "acks": "all", **QUIET})
