@@ -58,8 +58,13 @@ class NodeError(Exception):
 
 
 def new_cluster_id() -> str:
-    """Kafka's form: a random UUID in URL-safe base64 without padding (22 characters)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """Kafka's form: a random UUID in URL-safe base64 without padding (22 characters), and,
+    as Kafka's `Uuid.randomUuid` does, never one that starts with `-`: one in 64 would, and
+    a command line takes it for an option (`--cluster-id -Ab…`)."""
+    while True:
+        found = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not found.startswith("-"):
+            return found
 
 
 def format_log_dirs(config: BrokerConfig, cluster_id: str | None) -> str:

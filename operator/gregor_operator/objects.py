@@ -321,7 +321,7 @@ def _command(target: Target, spec: KafkaClusterSpec, pool: Pool) -> list[str]:
         overrides.append(f'--override "advertised.listeners={",".join(advertised)}"')
     script = (
         f"exec gregor broker --config {CONFIG_DIR}/server.properties "
-        f'--cluster-id "$GREGOR_CLUSTER_ID" ' + " ".join(overrides)
+        f'--cluster-id="$GREGOR_CLUSTER_ID" ' + " ".join(overrides)
     )
     return ["/bin/sh", "-c", "\n".join([*lines, script])]
 

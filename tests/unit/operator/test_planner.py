@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from broker.cli import build_parser
 from broker.config import BrokerConfig, parse_properties
 from gregor_operator.objects import CONFIG_HASH, Role
 from gregor_operator.planner import (
@@ -33,7 +34,7 @@ from gregor_operator.planner import (
 
 ROOT = Path(__file__).resolve().parents[3]
 NAMESPACE = "team-a"
-CLUSTER_ID = "MkU3OEVBNTcwNTJENDM2Qk"
+CLUSTER_ID = "-kU3OEVBNTcwNTJENDM2Qk"  # ids made before new_cluster_id avoided "-"
 IMAGE = "gregor-broker:1.0.0"
 NODE_IP = "192.0.2.7"
 
@@ -221,9 +222,9 @@ def _pod_properties(
         ).stdout.splitlines()
     finally:
         shutil.rmtree(mounted)
-    assert said[said.index("--cluster-id") + 1] == CLUSTER_ID
-    overrides = [said[i + 1] for i, arg in enumerate(said) if arg == "--override"]
-    return properties | dict(o.split("=", 1) for o in overrides)
+    args = build_parser().parse_args(said)  # as `gregor` itself reads them
+    assert (args.command, args.cluster_id) == ("broker", CLUSTER_ID)
+    return properties | dict(o.split("=", 1) for o in args.override)
 
 
 @pytest.mark.parametrize(
