@@ -10,7 +10,8 @@ apply half of an invalid spec.
 A rolling restart follows these rules, one decision per reconciliation:
 
 1. A pod is *outdated* when its StatefulSet revision is not the StatefulSet's update revision
-   (its configuration, image or pod template changed). Only outdated pods are restarted.
+   (its configuration, image or pod template changed), or when a broker's address on an
+   external listener is no longer the one it started with. Only outdated pods are restarted.
 2. Never more than one pod at a time: while a pod is being deleted, nothing else is.
 3. An outdated pod that is stuck (crash-looping, unable to pull its image or to be
    scheduled) is restarted first: it is not serving, and its new revision may fix it.
@@ -28,10 +29,12 @@ A rolling restart follows these rules, one decision per reconciliation:
    StatefulSet recreates the pod at the update revision.
 
 An external listener's addresses come from Kubernetes: a Service's node port as soon as it
-exists, a load balancer's address when the cloud has made one. Until every broker of a pool
-has its address, the pool's StatefulSet is not applied (it would advertise nothing), and the
+exists, a load balancer's address when the cloud has made one. They go into the pool's
+ConfigMap, not its template, so a new broker's address restarts no other broker; the status
+records what each broker pod started with. Until every broker of a pool has its address, the
+pool's ConfigMap and StatefulSet are not applied (a pod would advertise nothing), and the
 status says which Services are waited for. Services of a listener no longer in the spec are
-deleted.
+deleted. (ADR 0022.)
 
 Changes Kubernetes or this version cannot carry out safely are refused with a `ChangeRefused`
 condition, and the current value is kept: scaling a pool down (the day-2 work moves the
@@ -195,6 +198,7 @@ class Plan:
     events: list[tuple[str, str, str]]
     """(type, reason, message) for Kubernetes Events."""
     requeue_after: float | None
+    """Look again this soon (the handler does, when it is sooner than its timer)."""
     deletions: list[tuple[str, str]] = field(default_factory=list)
     """(kind, name) of owned objects the spec no longer has."""
 
