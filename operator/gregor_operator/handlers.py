@@ -37,8 +37,16 @@ from .kafka import (
     describe_topic,
 )
 from .kube import Kube
-from .objects import DEFAULT_IMAGE, METRICS_PORT, bootstrap_address
-from .planner import DNS_TTL_S, BrokerFacts, Observed, Plan, merge_conditions, plan
+from .objects import DEFAULT_IMAGE, METRICS_PORT, VOTER_ROLES, bootstrap_address, bracketed
+from .planner import (
+    DNS_TTL_S,
+    BrokerFacts,
+    Observed,
+    Plan,
+    a_voter_is_due,
+    merge_conditions,
+    plan,
+)
 from .topics import TopicPlan, plan_topic, topic_name
 
 __all__ = ["Settings"]
@@ -175,24 +183,24 @@ def _bootstrap(body: Mapping[str, Any], namespace: str) -> str:
     """Where the cluster's first internal listener answers, read from the resource as it is
     (its spec is checked only later, by the planner)."""
     listeners = body.get("spec", {}).get("listeners") or [{"port": 9092}]
-    internal = [item for item in listeners if item.get("type", "internal") == "internal"]
-    port = int((internal or listeners)[0].get("port", 9092))
+    port = int((_internal(listeners) or listeners)[0].get("port", 9092))
     return bootstrap_address(body["metadata"]["name"], namespace, SETTINGS.cluster_domain, port)
+
+
+def _internal(listeners: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The internal listeners of a spec or a status, as the resource has them."""
+    return [item for item in listeners if item.get("type", "internal") == "internal"]
 
 
 def _with_active_controller(facts: BrokerFacts | None, observed: Observed) -> BrokerFacts | None:
     """The facts, with the quorum's leader when a voter is to be restarted (the roll leaves
     it last); the voters are asked only then."""
-    if facts is None:
-        return None
-    updates = {role: s.update_revision for role, s in observed.statefulsets.items()}
-    voters = [pod for pod in observed.pods if pod.pool in ("controller", "combined")]
-    if not any(pod.revision != updates.get(pod.pool) for pod in voters):
+    if facts is None or not a_voter_is_due(observed):
         return facts
     addresses = {
-        pod.name: f"[{pod.ip}]:{METRICS_PORT}" if ":" in pod.ip else f"{pod.ip}:{METRICS_PORT}"
-        for pod in voters
-        if pod.ip
+        pod.name: f"{bracketed(pod.ip)}:{METRICS_PORT}"
+        for pod in observed.pods
+        if pod.pool in VOTER_ROLES and pod.ip
     }
     return dataclasses.replace(facts, active_controller=active_controller(addresses))
 
@@ -302,8 +310,7 @@ def _cluster_of(namespace: str, name: str) -> tuple[bool | None, str | None]:
         c.get("type") == "Ready" and c.get("status") == "True"
         for c in status.get("conditions") or []
     )
-    listeners = status.get("listeners") or []
-    internal = [item for item in listeners if item.get("type", "internal") == "internal"]
+    internal = _internal(status.get("listeners") or [])
     return ready, internal[0]["bootstrapServers"] if internal else None
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import datetime
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubernetes import client
@@ -133,19 +133,19 @@ class Kube:
 
     def delete_service(self, namespace: str, name: str) -> None:
         """Delete a Service the cluster no longer has; one already gone is fine."""
-        try:
-            self.core.delete_namespaced_service(name, namespace)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        _unless_gone(self.core.delete_namespaced_service, name, namespace)
 
     def delete_pod(self, namespace: str, name: str) -> None:
         """Restart a pod (its StatefulSet makes it again); one already gone is fine."""
-        try:
-            self.core.delete_namespaced_pod(name, namespace)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        _unless_gone(self.core.delete_namespaced_pod, name, namespace)
+
+
+def _unless_gone(delete: Callable[[str, str], Any], name: str, namespace: str) -> None:
+    try:
+        delete(name, namespace)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
 
 
 def _service(service: Any) -> ServiceState:

@@ -161,6 +161,7 @@ class NodePool(Model):
 RESERVED_LISTENER_NAMES = ("bootstrap", "broker", "combined", "controller", "node", "nodes")
 """Words in the names of the objects of a cluster: a listener named so could give one of its
 Services the name of another cluster's object."""
+_RESERVED = "listener names " + ", ".join(RESERVED_LISTENER_NAMES) + " are reserved"
 
 
 class Listener(Model):
@@ -174,9 +175,7 @@ class Listener(Model):
                 "x-kubernetes-validations": [
                     {
                         "rule": f"!(self in {list(RESERVED_LISTENER_NAMES)})",
-                        "message": "listener names "
-                        + ", ".join(RESERVED_LISTENER_NAMES)
-                        + " are reserved",
+                        "message": _RESERVED,
                     }
                 ]
             }
@@ -190,9 +189,7 @@ class Listener(Model):
     @classmethod
     def _not_reserved(cls, name: str) -> str:
         if name in RESERVED_LISTENER_NAMES:
-            raise ValueError(
-                "listener names " + ", ".join(RESERVED_LISTENER_NAMES) + " are reserved"
-            )
+            raise ValueError(_RESERVED)
         return name
 
     port: Annotated[int, Field(ge=1024, le=65535)]

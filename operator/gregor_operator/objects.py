@@ -29,17 +29,20 @@ from typing import Any, Literal
 from .models import KafkaCluster, KafkaClusterSpec, Listener, NodePool, Storage
 
 __all__ = [
+    "BROKER_ROLES",
     "CONTROLLER_PORT",
     "EXTERNAL_LABEL",
     "METRICS_PORT",
     "NODE_HOST",
     "REPLICATION_PORT",
+    "VOTER_ROLES",
     "Claims",
     "External",
     "Pool",
     "Target",
     "bootstrap_address",
     "bootstrap_servers",
+    "bracketed",
     "claims_of",
     "desired_objects",
     "external_bootstrap_name",
@@ -50,6 +53,9 @@ __all__ = [
 ]
 
 Role = Literal["controller", "broker", "combined"]
+BROKER_ROLES: frozenset[Role] = frozenset({"broker", "combined"})
+VOTER_ROLES: frozenset[Role] = frozenset({"controller", "combined"})
+"""The pools whose nodes are brokers, and those whose nodes are the metadata quorum's voters."""
 
 CONTROLLER_PORT = 9093
 REPLICATION_PORT = 9091
@@ -114,11 +120,11 @@ class Pool:
 
     @property
     def is_broker(self) -> bool:
-        return "broker" in self.roles
+        return self.role in BROKER_ROLES
 
     @property
     def is_controller(self) -> bool:
-        return "controller" in self.roles
+        return self.role in VOTER_ROLES
 
 
 def pools(spec: KafkaClusterSpec) -> list[Pool]:
@@ -157,6 +163,11 @@ def bootstrap_address(cluster: str, namespace: str, cluster_domain: str, port: i
     """`host:port` where a client in the Kubernetes cluster bootstraps from the listener on
     `port` of the cluster named `cluster`."""
     return f"{cluster}-bootstrap.{namespace}.svc.{cluster_domain}:{port}"
+
+
+def bracketed(host: str) -> str:
+    """A host as `host:port` needs it: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host else host
 
 
 def external_bootstrap_name(target: Target, listener: Listener) -> str:

@@ -53,20 +53,22 @@ from pydantic import ValidationError
 from broker.config import BrokerConfig
 from broker.storage.config import InvalidConfig
 
-from .models import KafkaCluster, Listener, problems
+from .listeners import (
+    ServiceState,
+    Started,
+    bootstrap_servers_of,
+    external_addresses,
+    started_with,
+)
+from .models import KafkaCluster, problems
 from .objects import (
-    NODE_HOST,
+    VOTER_ROLES,
     Claims,
-    External,
     Pool,
     Role,
     Target,
-    bootstrap_servers,
     claims_of,
     desired_objects,
-    external_bootstrap_name,
-    external_listeners,
-    external_service_name,
     pod_name,
     pools,
     server_properties,
@@ -81,6 +83,7 @@ __all__ = [
     "Restart",
     "ServiceState",
     "StatefulSetState",
+    "a_voter_is_due",
     "merge_conditions",
     "plan",
 ]
@@ -139,18 +142,6 @@ class StatefulSetState:
     update_revision: str | None
     claims: Claims
     """The volume claim it was created with."""
-
-
-@dataclass(frozen=True, slots=True)
-class ServiceState:
-    listener: str | None = None
-    """The external listener it serves (its `gregor.dev/listener` label), if any."""
-    node_port: int | None = None
-    """The node port Kubernetes allocated, if it is a NodePort or LoadBalancer Service."""
-    owner: str | None = None
-    """The uid of the object that controls it (its KafkaCluster's, if the operator made it)."""
-    ingress: tuple[str, ...] = ()
-    """Its load balancer's addresses (IP or host name), once the cloud has made one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,12 +227,12 @@ def plan(
     replicas, refused = _allowed_replicas(cluster, observed)
     claims, refused_claims = _allowed_claims(cluster, observed)
     refused += refused_claims
-    external, pending = _external_addresses(target, cluster, observed, replicas)
+    external, pending = external_addresses(target, cluster, observed, replicas)
     objects = desired_objects(target, cluster, replicas, claims, external)
     too_long = _names_too_long(objects)
     if too_long is not None:
         return _invalid(too_long, reason="NameTooLong")
-    started, moved = _started_with(resource, cluster, observed, external)
+    started, moved = started_with(resource, cluster, observed, external)
     restart, settling = _next_restart(cluster, observed, facts, dns_ttl_s, moved)
     conditions, requeue = _conditions(
         cluster, observed, facts, replicas, restart, settling=settling, moved=moved
@@ -297,48 +288,6 @@ def _invalid(message: str, *, reason: str = "InvalidSpec") -> Plan:
     )
 
 
-def _external_addresses(
-    target: Target, cluster: KafkaCluster, observed: Observed, replicas: Mapping[Role, int]
-) -> tuple[dict[Role, External], list[tuple[str, str]]]:
-    """What each broker pool's brokers advertise on the external listeners, for the pools
-    whose every address is known; and the Services still without one (name, type)."""
-    found: dict[Role, External] = {}
-    pending: list[tuple[str, str]] = []
-    outside = external_listeners(cluster.spec)
-    for pool in pools(cluster.spec):
-        if not pool.is_broker or not outside:
-            continue
-        addresses: dict[str, dict[int, str]] = {}
-        complete = True
-        for listener in outside:
-            for ordinal in range(replicas.get(pool.role, pool.spec.replicas)):
-                name = external_service_name(target, pool, ordinal, listener)
-                address = _advertised(listener, observed.services.get(name))
-                if address is None:
-                    pending.append((name, listener.type))
-                    complete = False
-                else:
-                    addresses.setdefault(listener.name, {})[ordinal] = address
-        if complete:
-            found[pool.role] = addresses
-    return found, pending
-
-
-def _advertised(listener: Listener, service: ServiceState | None) -> str | None:
-    """`host:port` for a broker's own Service: the node the pod runs on (`NODE_HOST`, which
-    its shell expands) and the node port, or the load balancer's address and the port."""
-    if service is None:
-        return None
-    if listener.type == "nodeport":
-        return None if service.node_port is None else f"{NODE_HOST}:{service.node_port}"
-    return f"{_host(service.ingress[0])}:{listener.port}" if service.ingress else None
-
-
-def _host(address: str) -> str:
-    """An IPv6 address in brackets, as `host:port` needs it."""
-    return f"[{address}]" if ":" in address else address
-
-
 MAX_NAME = {"Service": 63, "StatefulSet": 52}
 """A Service's name is a DNS label; a StatefulSet's, with the revision hash Kubernetes adds
 to label its pods (`<name>-<10 characters>`), must fit in a label value."""
@@ -358,47 +307,6 @@ def _names_too_long(objects: Sequence[Mapping[str, Any]]) -> str | None:
         + ", ".join(long)
         + ("; shorten the cluster's name or its listeners'")
     )
-
-
-Started = Mapping[str, tuple[str, Mapping[str, str]]]
-"""Broker pod → (its uid, the external address it started with, by listener)."""
-
-
-def _started_with(
-    resource: Mapping[str, Any],
-    cluster: KafkaCluster,
-    observed: Observed,
-    external: Mapping[Role, External],
-) -> tuple[dict[str, tuple[str, dict[str, str]]], dict[str, str]]:
-    """The external addresses each broker pod started with, and the pods whose address has
-    changed since (pod → why). The status records them with the pod's uid; a pod not seen
-    before started with the addresses the ConfigMap has now. The addresses are not in the
-    pods' template, so this is how a broker whose load balancer moved gets restarted."""
-    previous = {
-        node.get("pod"): node for node in ((resource.get("status") or {}).get("nodes") or [])
-    }
-    started: dict[str, tuple[str, dict[str, str]]] = {}
-    moved: dict[str, str] = {}
-    for pool in pools(cluster.spec):
-        addresses = external.get(pool.role)
-        if not pool.is_broker or addresses is None:
-            continue
-        for pod in observed.pods:
-            if pod.pool != pool.role or pod.uid is None or pod.host_ip is None:
-                continue
-            wanted = {
-                listener: by_ordinal[pod.ordinal].replace(NODE_HOST, _host(pod.host_ip))
-                for listener, by_ordinal in addresses.items()
-                if pod.ordinal in by_ordinal
-            }
-            before = previous.get(pod.name) or {}
-            recorded = before.get("addresses") if before.get("podUid") == pod.uid else None
-            had = dict(recorded) if isinstance(recorded, Mapping) else wanted
-            started[pod.name] = (pod.uid, had)
-            changed = [f"{n} ({had.get(n)} → {a})" for n, a in wanted.items() if had.get(n) != a]
-            if changed:
-                moved[pod.name] = "its external address changed: " + ", ".join(changed)
-    return started, moved
 
 
 def _broker_refuses(target: Target, cluster: KafkaCluster) -> str | None:
@@ -494,6 +402,12 @@ def _node_id(pool: Pool, ordinal: int) -> int:
     return pool.node_id_base + ordinal
 
 
+def a_voter_is_due(observed: Observed) -> bool:
+    """Whether a voter is to be restarted: only then does the roll need to know which one
+    is the active controller (rule 6), which costs asking each voter."""
+    return any(pod.pool in VOTER_ROLES and _outdated(pod, observed) for pod in observed.pods)
+
+
 def _next_restart(
     cluster: KafkaCluster,
     observed: Observed,
@@ -523,11 +437,7 @@ def _next_restart(
     if pool is not None and pool.is_broker and (facts is None or facts.under_replicated):  # 5
         return None, None
     if pool is not None and pool.is_controller:  # 7
-        voters = [
-            other
-            for other in observed.pods
-            if other.name != pod.name and (p := by_role.get(other.pool)) and p.is_controller
-        ]
+        voters = [o for o in observed.pods if o.name != pod.name and o.pool in VOTER_ROLES]
         newest = min(voters, key=lambda other: other.ready_for_s, default=None)
         if newest is not None and newest.ready_for_s < dns_ttl_s:
             wait = dns_ttl_s - newest.ready_for_s
@@ -679,7 +589,7 @@ def _status(
             {
                 "name": listener.name,
                 "type": listener.type,
-                "bootstrapServers": _bootstrap_servers(target, listener, observed),
+                "bootstrapServers": bootstrap_servers_of(target, listener, observed),
             }
             # Internal ones first: `kubectl get kc` shows the first, and topics use it.
             for listener in sorted(cluster.spec.listeners, key=lambda x: x.type != "internal")
@@ -687,24 +597,6 @@ def _status(
         "nodes": nodes,
         "readyNodes": f"{ready}/{len(nodes)}",
     }
-
-
-def _bootstrap_servers(target: Target, listener: Listener, observed: Observed) -> str:
-    """Where a client bootstraps from on the listener; for a node port, every node a broker
-    runs on; empty while an external address is not known."""
-    if listener.type == "internal":
-        return bootstrap_servers(target, listener)
-    service = observed.services.get(external_bootstrap_name(target, listener))
-    if service is None:
-        return ""
-    if listener.type == "loadbalancer":
-        return ",".join(f"{_host(host)}:{listener.port}" for host in service.ingress)
-    if service.node_port is None:
-        return ""
-    hosts = sorted(
-        {p.host_ip for p in observed.pods if p.host_ip and p.pool in ("broker", "combined")}
-    )
-    return ",".join(f"{_host(host)}:{service.node_port}" for host in hosts)
 
 
 def merge_conditions(
