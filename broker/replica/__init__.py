@@ -6,19 +6,16 @@ fetches. What it must never do: decode requests or touch sockets (handlers do).
 
 from .fetcher import FetcherSettings, ReplicaFetchers
 from .isr import IsrSender
-from .manager import (
+from .manager import ReplicaManager
+from .offsets import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_PENDING_UPLOAD_TIMESTAMP,
     EARLIEST_TIMESTAMP,
     LATEST_TIERED_TIMESTAMP,
     LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
-    AppendResult,
-    FetchResult,
-    OffsetResult,
-    Partition,
-    ReplicaManager,
 )
+from .partition import AppendResult, FetchResult, OffsetResult, Partition
 
 __all__ = [
     "EARLIEST_LOCAL_TIMESTAMP",

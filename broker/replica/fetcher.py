@@ -30,7 +30,8 @@ from broker.protocol.messages import request_module
 from broker.protocol.records import BATCH_HEADER_SIZE, read_batch_header
 from broker.storage.epochs import UNDEFINED_EPOCH
 
-from .manager import Partition, ReplicaManager, TopicPartition
+from .manager import ReplicaManager
+from .partition import Partition, TopicPartition
 
 __all__ = ["FetcherSettings", "ReplicaFetchers"]
 

@@ -19,7 +19,8 @@ from broker.metadata import MetadataImage
 from broker.metadata.elections import IsrAnswer, IsrChange
 from broker.protocol.errors import ErrorCode
 
-from .manager import Partition, ReplicaManager
+from .manager import ReplicaManager
+from .partition import Partition
 
 __all__ = ["RETRY_BACKOFF_S", "IsrSender"]
 

@@ -17,7 +17,8 @@ import pytest
 from broker.metadata import MetadataImage, PartitionState
 from broker.protocol import ErrorCode
 from broker.replica import ReplicaManager
-from broker.replica.manager import OFFLOAD_BYTES, Partition
+from broker.replica.appends import OFFLOAD_BYTES
+from broker.replica.partition import Partition
 from broker.storage import LogConfig, LogManager, PendingAppend
 from tests.unit.storage.logs import batch
 

@@ -1,0 +1,270 @@
+"""The followers as a partition's leader sees them: replication, from the leader's side.
+
+What it owns: follower fetches on the leader (`read_for_follower`: the divergence check, the
+leader replication throttle), each follower's progress (`follower_fetched`), the ISR the leader
+wants (a follower that caught up joins; one that lags `replica.lag.time.max.ms` leaves:
+`check_isr`), the high watermark's moves, and the acks=all produces waiting for it.
+
+What it must never do: change the ISR itself (it asks the controller through `on_isr_change`,
+and the answer comes back as a metadata change), move the high watermark down or past what
+every in-sync replica has, or answer a consumer (`offsets` does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from broker.protocol.errors import ErrorCode
+from broker.storage import OffsetOutOfRange
+
+from .hosted import HostedPartitions
+from .partition import FetchResult, Partition, TopicPartition, epoch_error
+from .quota import ReplicationQuota
+
+__all__ = ["LeaderReplication"]
+
+log = logging.getLogger(__name__)
+
+
+class LeaderReplication(HostedPartitions):
+    _replicated: dict[TopicPartition, list[tuple[int, asyncio.Future[ErrorCode]]]]
+    """acks=all produces waiting for the high watermark to pass their batch's end."""
+    on_isr_change: Callable[[Partition, tuple[int, ...]], None] | None
+    """Sends a led partition's wanted ISR to the active controller (AlterPartition); the
+    answer comes back as a metadata change, or as `isr_change_failed`."""
+    replica_lag_time_max_ms: int
+    """`replica.lag.time.max.ms`: an in-sync follower that has not fetched up to the log
+    end for this long leaves the ISR."""
+    leader_quota: ReplicationQuota
+    """`leader.replication.throttled.rate`: what this leader sends to throttled replicas
+    that are catching up (`broker.replica.quota`)."""
+
+    def read_for_follower(
+        self,
+        topic: str,
+        index: int,
+        replica_id: int,
+        offset: int,
+        max_bytes: int,
+        *,
+        min_one_batch: bool,
+        current_leader_epoch: int,
+        last_fetched_epoch: int,
+    ) -> FetchResult:
+        """A follower's fetch, on the leader: records up to the log end (not the high
+        watermark), after checking that the follower's log has not parted from this one's; the
+        fetch offset is the follower's log end, which may move the high watermark."""
+        found = self.get_leader(topic, index)
+        if isinstance(found, ErrorCode):
+            return FetchResult(found)
+        partition = found
+        if replica_id not in partition.state.replicas:
+            return FetchResult(ErrorCode.not_leader_or_follower)
+        stale = epoch_error(partition, current_leader_epoch)
+        if stale is not None:
+            return FetchResult(stale)
+        log_ = partition.log
+        result = FetchResult(ErrorCode.none, -1, log_.log_start_offset)
+        if last_fetched_epoch >= 0:
+            # Kafka's divergence check: where the follower's last epoch ends here.
+            epoch, end = log_.end_offset_for_epoch(last_fetched_epoch)
+            result.high_watermark = partition.high_watermark
+            if epoch < 0 or end < 0:
+                # No epoch this old or older here: the follower starts over from this log.
+                result.error = ErrorCode.offset_out_of_range
+                return result
+            if end < offset or epoch < last_fetched_epoch:
+                result.diverging_epoch = (epoch, end)
+                return result
+        if offset > log_.log_end_offset or offset < log_.log_start_offset:
+            result.error = ErrorCode.offset_out_of_range
+            result.high_watermark = partition.high_watermark
+            return result
+        self.follower_fetched(partition, replica_id, offset)
+        result.high_watermark = partition.high_watermark
+        throttled = (
+            self.leader_quota.limit is not None
+            and replica_id not in partition.state.isr
+            and self._throttled(partition, "leader.replication.throttled.replicas")
+        )
+        now = self._steady() / 1000
+        if throttled and self.leader_quota.exceeded(now):
+            return result  # nothing for it this time (Kafka's shouldLeaderThrottle)
+        try:
+            result.records = log_.read(offset, max_bytes, min_one_batch=min_one_batch)
+        except OffsetOutOfRange:
+            result.error = ErrorCode.offset_out_of_range
+        if throttled and result.records is not None:
+            self.leader_quota.record(result.records.size, now)
+        return result
+
+    def follower_fetched(self, partition: Partition, replica_id: int, offset: int) -> None:
+        """A follower fetched from `offset`: it has everything before it."""
+        if replica_id == self.node_id:
+            return
+        partition.follower_ends[replica_id] = offset
+        # Kafka's Replica.updateFetchState: caught up now if it fetched from the log end, or
+        # as of its previous fetch if it has come as far as the log end was then.
+        now, end = self._steady(), partition.log.log_end_offset
+        previous = partition.last_fetch.get(replica_id)
+        if offset >= end:
+            partition.caught_up_ms[replica_id] = now
+        elif previous is not None and offset >= previous[0]:
+            partition.caught_up_ms[replica_id] = max(
+                partition.caught_up_ms.get(replica_id, 0), previous[1]
+            )
+        partition.last_fetch[replica_id] = (end, now)
+        if (
+            replica_id not in partition.state.isr
+            and partition.pending_isr is None
+            and offset >= partition.high_watermark
+            and offset >= partition.leader_start_offset
+            and self._isr_eligible(replica_id)
+        ):
+            # Caught up (Kafka's isFollowerInSync): it joins the ISR.
+            wanted = tuple(
+                r for r in partition.state.replicas if r in partition.state.isr or r == replica_id
+            )
+            self._ask_isr(partition, wanted)
+        self._advance_high_watermark(partition)
+
+    def _isr_eligible(self, replica_id: int) -> bool:
+        """Kafka's isReplicaIsrEligible: a fenced broker, or one shutting down, does not
+        join an ISR (the controller would refuse it: INELIGIBLE_REPLICA)."""
+        broker = self.image.brokers.get(replica_id)
+        return broker is None or not (broker.fenced or broker.in_controlled_shutdown)
+
+    def check_isr(self) -> None:
+        """Every led partition: in-sync followers that have not fetched up to the log end for
+        `replica.lag.time.max.ms` (stopped, slow, or partitioned away) leave the ISR, so the
+        high watermark and acks=all go on without them."""
+        now = self._steady()
+        for partition in list(self.partitions.values()):
+            if not partition.is_leader or partition.pending_isr is not None:
+                continue
+            if len(partition.state.isr) <= 1:
+                continue
+            lagging = {
+                r
+                for r in partition.state.isr
+                if r != self.node_id
+                and now - partition.caught_up_ms.get(r, partition.leader_since_ms)
+                > self.replica_lag_time_max_ms
+            }
+            if lagging:
+                log.info(
+                    "%s-%d: replicas %s have not caught up for %d ms; shrinking the ISR",
+                    partition.topic,
+                    partition.index,
+                    sorted(lagging),
+                    self.replica_lag_time_max_ms,
+                )
+                self._ask_isr(partition, tuple(r for r in partition.state.isr if r not in lagging))
+
+    def _ask_isr(self, partition: Partition, wanted: tuple[int, ...]) -> None:
+        if self.on_isr_change is None or wanted == partition.state.isr:
+            return
+        # The high watermark as it stands is kept: a leader alone had it at its log end.
+        partition.stored_high_watermark = partition.high_watermark
+        partition.pending_isr = wanted
+        partition.pending_since_epoch = partition.state.partition_epoch
+        self.on_isr_change(partition, wanted)
+
+    def isr_change_failed(self, partition: Partition, wanted: tuple[int, ...]) -> None:
+        """The controller refused this ISR for certain: the next fetch or check may ask again.
+        (An unanswered request stays pending and is sent again: it may have been committed.)"""
+        if partition.pending_isr == wanted:
+            partition.pending_isr = None
+
+    def _advance_high_watermark(self, partition: Partition) -> None:
+        """On the leader: the high watermark moves up to the least log end among the ISR
+        (never down), then acks=all produces and consumers waiting for it are told."""
+        if not partition.is_leader:
+            return
+        ends = [partition.log.log_end_offset]
+        for replica in partition.maximal_isr:
+            if replica != self.node_id:
+                ends.append(partition.follower_ends.get(replica, -1))
+        candidate = min(ends)
+        key = (partition.topic, partition.index)
+        if candidate > partition.stored_high_watermark:
+            partition.stored_high_watermark = candidate
+            self._wake(key)
+        waiting = self._replicated.get(key)
+        if waiting:
+            self._complete_replicated(partition, waiting)
+
+    def _complete_replicated(
+        self, partition: Partition, waiting: list[tuple[int, asyncio.Future[ErrorCode]]]
+    ) -> None:
+        high_watermark = partition.high_watermark
+        still = []
+        for end, future in waiting:
+            if future.done():
+                continue
+            if end <= high_watermark:
+                future.set_result(ErrorCode.none)
+            else:
+                still.append((end, future))
+        key = (partition.topic, partition.index)
+        if still:
+            self._replicated[key] = still
+        else:
+            self._replicated.pop(key, None)
+
+    def _not_leader_any_more(self, key: TopicPartition) -> None:
+        for _, future in self._replicated.pop(key, ()):
+            if not future.done():
+                future.set_result(ErrorCode.not_leader_or_follower)
+
+    def replicated_now(self, topic: str, index: int, end_offset: int) -> ErrorCode | None:
+        """`wait_for_replication`'s answer if there is nothing to wait for (the high watermark
+        has passed `end_offset` already: a leader alone in its ISR, or followers that were
+        quick), without a task or a turn of the event loop; None when it must wait."""
+        found = self.get_leader(topic, index)
+        if isinstance(found, ErrorCode):
+            return found
+        if found.high_watermark < end_offset:
+            return None
+        if len(found.maximal_isr) < self.min_insync_replicas(topic):
+            return ErrorCode.not_enough_replicas_after_append
+        return ErrorCode.none
+
+    async def wait_for_replication(
+        self, topic: str, index: int, end_offset: int, timeout: float
+    ) -> ErrorCode:
+        """acks=all: wait until every in-sync replica has the records before `end_offset`
+        (the high watermark passed it). REQUEST_TIMED_OUT after `timeout` seconds (the
+        produce's own), NOT_LEADER_OR_FOLLOWER if this node stops leading meanwhile,
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR is then below min.insync.replicas."""
+        found = self.get_leader(topic, index)
+        if isinstance(found, ErrorCode):
+            return found
+        partition = found
+        if partition.high_watermark < end_offset:
+            future: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+            self._replicated.setdefault((topic, index), []).append((end_offset, future))
+            try:
+                error = await asyncio.wait_for(asyncio.shield(future), max(timeout, 0))
+            except TimeoutError:
+                self._forget_waiter((topic, index), future)
+                return ErrorCode.request_timed_out
+            except asyncio.CancelledError:
+                self._forget_waiter((topic, index), future)
+                raise
+            if error != ErrorCode.none:
+                return error
+        min_isr = self.min_insync_replicas(topic)
+        if len(partition.maximal_isr) < min_isr:
+            return ErrorCode.not_enough_replicas_after_append
+        return ErrorCode.none
+
+    def _forget_waiter(self, key: TopicPartition, future: asyncio.Future[ErrorCode]) -> None:
+        future.cancel()
+        waiting = self._replicated.get(key)
+        if waiting is not None:
+            waiting[:] = [(end, f) for end, f in waiting if f is not future]
+            if not waiting:
+                del self._replicated[key]

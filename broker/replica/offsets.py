@@ -1,0 +1,118 @@
+"""What clients read of a partition this node leads, by offset: consumer fetches (up to
+the high watermark), ListOffsets and DeleteRecords.
+
+What it owns: the consumer's read (`read`), the offset a ListOffsets timestamp names, special
+timestamps included (`list_offset`), and moving the log start for DeleteRecords
+(`delete_records`), each after the leader epoch check (KIP-320).
+
+What it must never do: show a consumer anything at or past the high watermark, or delete past
+it; followers read through `leader.read_for_follower`, not here.
+"""
+
+from __future__ import annotations
+
+from broker.protocol.errors import ErrorCode
+from broker.storage import OffsetOutOfRange
+
+from .hosted import HostedPartitions
+from .partition import FetchResult, OffsetResult, epoch_error
+
+__all__ = [
+    "EARLIEST_LOCAL_TIMESTAMP",
+    "EARLIEST_PENDING_UPLOAD_TIMESTAMP",
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIERED_TIMESTAMP",
+    "LATEST_TIMESTAMP",
+    "MAX_TIMESTAMP",
+    "Offsets",
+]
+
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+"""KIP-405: the first offset still on local disk. Without tiered storage that is the log start."""
+LATEST_TIERED_TIMESTAMP = -5
+"""KIP-1005: the last offset copied to remote storage; -1 (none) without tiered storage."""
+EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6
+"""KIP-1023: the first offset not yet copied to remote storage; -1 without tiered storage."""
+
+
+class Offsets(HostedPartitions):
+    def read(
+        self,
+        topic: str,
+        index: int,
+        offset: int,
+        max_bytes: int,
+        *,
+        min_one_batch: bool,
+        current_leader_epoch: int = -1,
+    ) -> FetchResult:
+        found = self.get_leader(topic, index)
+        if isinstance(found, ErrorCode):
+            return FetchResult(found)
+        partition = found
+        stale = epoch_error(partition, current_leader_epoch)
+        if stale is not None:
+            return FetchResult(stale)
+        log_ = partition.log
+        high_watermark = partition.high_watermark
+        result = FetchResult(ErrorCode.none, high_watermark, log_.log_start_offset)
+        try:
+            result.records = log_.read(
+                offset, max_bytes, max_offset=high_watermark, min_one_batch=min_one_batch
+            )
+        except OffsetOutOfRange:
+            result.error = ErrorCode.offset_out_of_range
+        return result
+
+    def list_offset(
+        self, topic: str, index: int, timestamp: int, current_leader_epoch: int = -1
+    ) -> OffsetResult:
+        found = self.get_leader(topic, index)
+        if isinstance(found, ErrorCode):
+            return OffsetResult(found)
+        partition = found
+        stale = epoch_error(partition, current_leader_epoch)
+        if stale is not None:
+            return OffsetResult(stale)
+        log_ = partition.log
+        high_watermark = partition.high_watermark
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            # No tiered storage: the local log is the whole log, as Kafka's UnifiedLog answers
+            # EARLIEST_LOCAL when remote storage is off.
+            offset = log_.log_start_offset
+            return OffsetResult(ErrorCode.none, offset, -1, log_.epochs.epoch_for_offset(offset))
+        if timestamp == LATEST_TIMESTAMP:
+            return OffsetResult(ErrorCode.none, high_watermark, -1, partition.leader_epoch)
+        if timestamp in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
+            # Nothing is ever tiered: Kafka without remote storage answers offset, timestamp and
+            # leader epoch -1 (no error).
+            return OffsetResult(ErrorCode.none)
+        if timestamp == MAX_TIMESTAMP:
+            best = log_.max_timestamp_record()
+            if best is None or best[0] >= high_watermark:
+                return OffsetResult(ErrorCode.none)
+            return OffsetResult(ErrorCode.none, *best)
+        if timestamp < 0:
+            return OffsetResult(ErrorCode.unsupported_version)
+        found_offset = log_.offset_for_timestamp(timestamp)
+        if found_offset is None or found_offset[0] >= high_watermark:
+            return OffsetResult(ErrorCode.none)
+        offset, record_timestamp, epoch = found_offset
+        return OffsetResult(ErrorCode.none, offset, record_timestamp, epoch)
+
+    def delete_records(self, topic: str, index: int, offset: int) -> tuple[ErrorCode, int]:
+        """DeleteRecords: (error, new low watermark). Offset -1 means the high watermark."""
+        found = self.get_leader(topic, index)
+        if isinstance(found, ErrorCode):
+            return found, -1
+        partition = found
+        target = partition.high_watermark if offset == -1 else offset
+        if target < 0 or target > partition.high_watermark:
+            return ErrorCode.offset_out_of_range, -1
+        try:
+            return ErrorCode.none, self.logs.delete_records(topic, index, target)
+        except OffsetOutOfRange:
+            return ErrorCode.offset_out_of_range, -1
