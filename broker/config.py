@@ -3,7 +3,8 @@
 `BrokerConfig.load(path, overrides)` parses the Java properties syntax, applies
 `--override key=value` on top, and validates: an invalid value raises `InvalidConfig` naming
 the key, so the node stops at start with a message an operator can act on. Names Gregor does not
-use yet are kept in `extra` (Kafka's tools pass many) rather than refused.
+use yet are kept in `extra` (Kafka's tools pass many) rather than refused, except security
+settings: a node that ignored them would be believed to encrypt, authenticate or authorize.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from broker.storage.config import InvalidConfig, LogConfig
 
@@ -26,7 +27,40 @@ __all__ = [
 ]
 
 SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
-"""The security protocols a listener may use, with Kafka's `SecurityProtocol` ids."""
+"""The security protocols `listener.security.protocol.map` may name, with Kafka's
+`SecurityProtocol` ids. Gregor serves only PLAINTEXT so far: a listener the node uses on
+another stops it at start (`BrokerConfig._validate_security`)."""
+
+_PLAINTEXT_ONLY = "Gregor serves only PLAINTEXT listeners so far (no TLS or SASL)"
+_IGNORED_BY_PLAINTEXT = f"{_PLAINTEXT_ONLY} and would ignore it"
+_NO_AUTHORIZER = "Gregor has no authorizer yet and would ignore it: every client may do everything"
+
+
+class _Unserved(NamedTuple):
+    """A security setting Gregor cannot honour yet."""
+
+    accepted: frozenset[str]
+    """The values (in lower case) that ask for nothing; any other stops the node."""
+    reason: str
+    secret: bool = False
+    """A PASSWORD setting: its value is not repeated in the message, as Kafka hides it."""
+
+
+_UNSET = frozenset({""})
+_UNSERVED_SECURITY: dict[str, _Unserved] = {
+    "security.inter.broker.protocol": _Unserved(frozenset({"", "plaintext"}), _PLAINTEXT_ONLY),
+    "sasl.enabled.mechanisms": _Unserved(_UNSET, _IGNORED_BY_PLAINTEXT),
+    "sasl.jaas.config": _Unserved(_UNSET, _IGNORED_BY_PLAINTEXT, secret=True),
+    "ssl.keystore.location": _Unserved(_UNSET, _IGNORED_BY_PLAINTEXT),
+    "ssl.keystore.key": _Unserved(_UNSET, _IGNORED_BY_PLAINTEXT, secret=True),
+    "ssl.truststore.location": _Unserved(_UNSET, _IGNORED_BY_PLAINTEXT),
+    "ssl.client.auth": _Unserved(frozenset({"", "none"}), _IGNORED_BY_PLAINTEXT),
+    "authorizer.class.name": _Unserved(_UNSET, _NO_AUTHORIZER),
+    "super.users": _Unserved(_UNSET, _NO_AUTHORIZER),
+}
+"""The security settings refused, under a listener prefix too
+(`listener.name.external.ssl.keystore.location`). Kafka's default `sasl.enabled.mechanisms`
+is GSSAPI, which only SASL listeners read: written out, it asks for SASL all the same."""
 
 _LISTENER = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<host>\[[^\]]*\]|[^:]*):(?P<port>\d+)$")
 _HTTP_LISTENER = re.compile(
@@ -136,6 +170,16 @@ def _protocol_map(key: str, raw: str) -> dict[str, str]:
             raise InvalidConfig(key, raw, f"unknown security protocol {protocol!r}")
         mapping[name.strip().upper()] = protocol
     return mapping
+
+
+def _security_setting(key: str) -> str | None:
+    """Which of `_UNSERVED_SECURITY` `key` sets, directly or under a listener prefix
+    (`listener.name.external.plain.sasl.jaas.config` sets `sasl.jaas.config`)."""
+    if key in _UNSERVED_SECURITY:
+        return key
+    if key.startswith("listener.name."):
+        return next((name for name in _UNSERVED_SECURITY if key.endswith(f".{name}")), None)
+    return None
 
 
 def _voters(key: str, raw: str) -> dict[int, tuple[str, int]]:
@@ -335,6 +379,7 @@ class BrokerConfig:
         return config
 
     def _validate(self) -> None:
+        self._validate_security()
         names = {listener.name for listener in self.listeners}
         for listener in self.listeners:
             if listener.name not in self.listener_security_protocol_map:
@@ -384,6 +429,30 @@ class BrokerConfig:
             raise InvalidConfig(
                 "default.replication.factor", self.default_replication_factor, "must be >= 1"
             )
+
+    def _validate_security(self) -> None:
+        """Until Gregor serves TLS, SASL and ACLs, a listener the node uses (to accept, or to
+        reach the controllers on) mapped to another protocol than PLAINTEXT, or a security
+        setting asking for one, stops it: served in plaintext, a port its user believes
+        encrypted and authenticated would not be. Map entries no listener uses stay accepted:
+        Kafka's default map has SSL, SASL_PLAINTEXT and SASL_SSL."""
+        protocols = self.listener_security_protocol_map
+        used = [listener.name for listener in self.listeners] + list(self.controller_listener_names)
+        for name in dict.fromkeys(used):
+            protocol = protocols.get(name, "PLAINTEXT")
+            if protocol != "PLAINTEXT":
+                raise InvalidConfig(
+                    "listener.security.protocol.map",
+                    ",".join(f"{k}:{v}" for k, v in protocols.items()),
+                    f"listener {name} uses {protocol}, but {_PLAINTEXT_ONLY}",
+                )
+        for key, raw in sorted(self.properties.items()):
+            setting = _security_setting(key)
+            if setting is None:
+                continue
+            unserved = _UNSERVED_SECURITY[setting]
+            if raw.strip().lower() not in unserved.accepted:
+                raise InvalidConfig(key, "[hidden]" if unserved.secret else raw, unserved.reason)
 
     def _validate_role_listeners(self, names: set[str], voters: str) -> None:
         """Kafka's rules for a node with one role: a dedicated controller listens only on

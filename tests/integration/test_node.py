@@ -30,6 +30,7 @@ from broker.protocol import (
 )
 from broker.protocol.messages import request_module
 from tests.integration.clients import QUIET, admin_client, create_topic
+from tests.support.kafka_dist import start_kafka
 from tests.support.kafka_python import close_kafka_python
 from tests.support.nodes import RunningNode, free_port, refused_start, run_node
 from tests.support.wire import exchange
@@ -197,6 +198,62 @@ def test_invalid_config_stops_the_node_naming_the_key(tmp_path: Path) -> None:
     config = tmp_path / "server.properties"
     config.write_text(f"listeners=PLAINTEXT://localhost:{free_port()}\nnum.partitions=zero\n")
     assert "num.partitions" in refused_start(config)
+
+
+def _sasl_ssl_listener(plain: int, external: int) -> dict[str, str]:
+    """Issue 25's node: a PLAINTEXT listener and an EXTERNAL one its map makes SASL_SSL, with
+    no JAAS login nor keystore configured."""
+    return {
+        "listeners": f"PLAINTEXT://localhost:{plain},EXTERNAL://localhost:{external}",
+        "listener.security.protocol.map": (
+            "PLAINTEXT:PLAINTEXT,EXTERNAL:SASL_SSL,CONTROLLER:PLAINTEXT"
+        ),
+    }
+
+
+def _refused_connection(port: int) -> bool:
+    try:
+        socket.create_connection(("localhost", port), timeout=5).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def test_a_listener_gregor_cannot_secure_stops_the_node_before_it_listens(
+    tmp_path: Path,
+) -> None:
+    """Served in plaintext, a port its user believes encrypted and authenticated would not be:
+    the node refuses to start, names the key and the protocol, and opens no port."""
+    plain, external = free_port(), free_port()
+    properties = _sasl_ssl_listener(plain, external) | {"log.dirs": str(tmp_path / "logs")}
+    config = tmp_path / "server.properties"
+    config.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
+    said = refused_start(config)
+    assert "listener.security.protocol.map" in said
+    assert "listener EXTERNAL uses SASL_SSL" in said
+    assert _refused_connection(plain)
+    assert _refused_connection(external)
+    assert not (tmp_path / "logs").exists()
+
+
+@pytest.mark.slow
+def test_kafka_too_refuses_a_sasl_ssl_listener_it_has_no_login_for(tmp_path: Path) -> None:
+    """The same node on Apache Kafka 4.3.1 exits non-zero at start, before serving either
+    port: the refusal above is Kafka's behaviour, not a stricter one."""
+    plain, external, controller = free_port(), free_port(), free_port()
+    properties = _sasl_ssl_listener(plain, external)
+    properties["listeners"] += f",CONTROLLER://localhost:{controller}"
+    properties |= {
+        "advertised.listeners": f"PLAINTEXT://localhost:{plain},EXTERNAL://localhost:{external}",
+        "controller.quorum.voters": f"1@localhost:{controller}",
+    }
+    with pytest.raises(RuntimeError, match=r"^Kafka exited with [1-9]"):
+        start_kafka(tmp_path, properties).stop()
+    said = (tmp_path / "kafka.log").read_text(errors="replace")
+    assert "Exiting Kafka due to fatal exception during startup" in said
+    assert "Could not find a 'KafkaServer' or 'external.KafkaServer' entry in the JAAS" in said
+    assert _refused_connection(plain)
+    assert _refused_connection(external)
 
 
 def test_a_log_dir_of_another_cluster_is_refused(tmp_path: Path) -> None:

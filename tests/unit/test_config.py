@@ -164,6 +164,111 @@ def test_dedicated_controllers_and_broker_only_nodes_are_valid() -> None:
     assert broker.process_roles == frozenset({"broker"})
 
 
+KAFKA_DEFAULT_MAP = "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT"
+"""`listener.security.protocol.map` as Kafka 4.3 defaults it."""
+
+
+@pytest.mark.parametrize("protocol", ["SSL", "SASL_PLAINTEXT", "SASL_SSL"])
+def test_a_listener_on_a_protocol_gregor_does_not_serve_stops_the_node(protocol: str) -> None:
+    protocols = f"PLAINTEXT:PLAINTEXT,EXTERNAL:{protocol},CONTROLLER:PLAINTEXT"
+    with pytest.raises(InvalidConfig) as caught:
+        BrokerConfig.from_properties(
+            {
+                "listeners": "PLAINTEXT://:9092,EXTERNAL://:9094",
+                "listener.security.protocol.map": protocols,
+            }
+        )
+    assert caught.value.key == "listener.security.protocol.map"
+    assert str(caught.value) == (
+        f"invalid value {protocols!r} for configuration listener.security.protocol.map: "
+        f"listener EXTERNAL uses {protocol}, but Gregor serves only PLAINTEXT listeners so far "
+        "(no TLS or SASL)"
+    )
+
+
+def test_a_listener_named_ssl_is_ssl_by_kafkas_default_map() -> None:
+    with pytest.raises(InvalidConfig, match="listener SSL uses SSL") as caught:
+        BrokerConfig.from_properties({"listeners": "PLAINTEXT://:9092,SSL://:9093"})
+    assert caught.value.key == "listener.security.protocol.map"
+
+
+def test_a_broker_reaching_its_controllers_over_tls_stops_the_node() -> None:
+    with pytest.raises(InvalidConfig, match="listener CONTROLLER uses SSL") as caught:
+        BrokerConfig.from_properties(
+            {
+                "process.roles": "broker",
+                "node.id": "4",
+                "controller.quorum.voters": "1@h:9093",
+                "controller.listener.names": "CONTROLLER",
+                "listeners": "PLAINTEXT://:9092",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SSL",
+            }
+        )
+    assert caught.value.key == "listener.security.protocol.map"
+
+
+def test_secure_entries_of_the_map_no_listener_uses_are_accepted() -> None:
+    written = BrokerConfig.from_properties({"listener.security.protocol.map": KAFKA_DEFAULT_MAP})
+    assert written.listener_security_protocol_map["SASL_SSL"] == "SASL_SSL"
+    assert BrokerConfig.from_properties({}).listener_security_protocol_map["SSL"] == "SSL"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "reason"),
+    [
+        ("sasl.enabled.mechanisms", "PLAIN", "Gregor serves only PLAINTEXT listeners so far"),
+        ("sasl.enabled.mechanisms", "GSSAPI", "Gregor serves only PLAINTEXT listeners so far"),
+        ("listener.name.external.sasl.enabled.mechanisms", "SCRAM-SHA-512", "no TLS or SASL"),
+        ("ssl.keystore.location", "/etc/kafka/broker.jks", "no TLS or SASL) and would ignore"),
+        ("listener.name.external.ssl.keystore.location", "/etc/kafka/broker.jks", "no TLS"),
+        ("ssl.truststore.location", "/etc/kafka/clients.jks", "no TLS or SASL"),
+        ("ssl.client.auth", "required", "no TLS or SASL"),
+        ("ssl.client.auth", "requested", "no TLS or SASL"),
+        ("security.inter.broker.protocol", "SSL", "Gregor serves only PLAINTEXT listeners"),
+        (
+            "authorizer.class.name",
+            "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "Gregor has no authorizer yet and would ignore it: every client may do everything",
+        ),
+        ("super.users", "User:admin", "Gregor has no authorizer yet"),
+    ],
+)
+def test_a_security_setting_gregor_would_ignore_stops_the_node(
+    key: str, value: str, reason: str
+) -> None:
+    with pytest.raises(InvalidConfig) as caught:
+        BrokerConfig.from_properties({key: value})
+    assert caught.value.key == key
+    assert str(caught.value).startswith(f"invalid value {value!r} for configuration {key}: ")
+    assert reason in str(caught.value)
+
+
+def test_a_secret_security_setting_is_named_not_repeated() -> None:
+    key = "listener.name.external.plain.sasl.jaas.config"
+    jaas = 'org.apache.kafka.common.security.plain.PlainLoginModule required password="s3cret";'
+    with pytest.raises(InvalidConfig) as caught:
+        BrokerConfig.from_properties({key: jaas})
+    assert str(caught.value).startswith(f"invalid value '[hidden]' for configuration {key}: ")
+    assert "s3cret" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("sasl.enabled.mechanisms", ""),
+        ("ssl.client.auth", "none"),
+        ("ssl.client.auth", "NONE"),
+        ("authorizer.class.name", ""),
+        ("super.users", ""),
+        ("security.inter.broker.protocol", "PLAINTEXT"),
+        ("ssl.keystore.type", "PKCS12"),
+        ("sasl.kerberos.min.time.before.relogin", "61000"),
+    ],
+)
+def test_security_settings_that_ask_for_nothing_are_kept(key: str, value: str) -> None:
+    assert BrokerConfig.from_properties({key: value}).extra == {key: value}
+
+
 def test_unknown_names_are_kept_not_refused() -> None:
     config = BrokerConfig.from_properties({"num.network.threads": "8"})
     assert config.extra == {"num.network.threads": "8"}
