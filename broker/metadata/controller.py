@@ -233,7 +233,6 @@ class QuorumController:
             validate_topic_configs(request.configs)
         except InvalidConfig as exc:
             return TopicResult(name, ErrorCode.invalid_config, str(exc)), []
-        brokers = [b.broker_id for b in self.image.live_brokers]
         usable = usable_brokers(self.image.brokers.values())
         if request.assignments:
             if request.num_partitions != -1 or request.replication_factor != -1:
@@ -245,7 +244,7 @@ class QuorumController:
                 ), []
             _within(1 + len(request.assignments) + len(request.configs), budget)
             assignments = {p: tuple(r) for p, r in request.assignments.items()}
-            problem = _check_assignments(assignments, brokers, first_partition=0)
+            problem = _check_assignments(self.image, assignments, first_partition=0)
             if problem is not None:
                 return TopicResult(name, ErrorCode.invalid_replica_assignment, problem), []
         else:
@@ -280,7 +279,7 @@ class QuorumController:
             assignments = dict(enumerate(placed))
         topic_id = self._new_topic_id()
         records: list[MetadataRecord] = [TopicRecord(name, topic_id)]
-        records.extend(_partition_records(topic_id, assignments, _active(usable)))
+        records.extend(_partition_records(topic_id, assignments, self.image.usable_broker_ids()))
         records.extend(
             ConfigRecord(TOPIC_RESOURCE, name, key, value)
             for key, value in sorted(request.configs.items())
@@ -408,7 +407,6 @@ class QuorumController:
                 ErrorCode.invalid_partitions, f"Topic already has {current} partition(s)."
             )
         _within(count - current, MAX_RECORDS_PER_USER_OP if budget is None else budget)
-        brokers = [b.broker_id for b in self.image.live_brokers]
         usable = usable_brokers(self.image.brokers.values())
         factor = len(topic.partitions[0].replicas)
         new_partitions = range(current, count)
@@ -420,7 +418,7 @@ class QuorumController:
                     f"{len(assignments)} assignment(s) were specified.",
                 )
             placed = {p: tuple(a) for p, a in zip(new_partitions, assignments, strict=True)}
-            problem = _check_assignments(placed, brokers, first_partition=current)
+            problem = _check_assignments(self.image, placed, first_partition=current)
             if problem is not None:
                 return [], Outcome(ErrorCode.invalid_replica_assignment, problem)
         else:
@@ -433,7 +431,8 @@ class QuorumController:
                 start = self._partitions_held()
             lists = place(usable, partitions=len(new_partitions), factor=factor, start=start)
             placed = dict(zip(new_partitions, lists, strict=True))
-        return list(_partition_records(topic.topic_id, placed, _active(usable))), Outcome()
+        active = self.image.usable_broker_ids()
+        return list(_partition_records(topic.topic_id, placed, active)), Outcome()
 
     # -- configs ----------------------------------------------------------------------------
 
@@ -579,46 +578,55 @@ def _unplaceable(factor: int, usable: Sequence[UsableBroker], *, too_few: str) -
     return None
 
 
-def _active(usable: Sequence[UsableBroker]) -> frozenset[int]:
-    """The brokers that may be in a new partition's ISR: the unfenced ones."""
-    return frozenset(b.broker_id for b in usable if not b.fenced)
-
-
 def _check_assignments(
-    assignments: Mapping[int, tuple[int, ...]], brokers: Sequence[int], first_partition: int
+    image: MetadataImage, assignments: Mapping[int, tuple[int, ...]], first_partition: int
 ) -> str | None:
+    """Kafka's checks of a manual assignment: it may name any registered broker, fenced or
+    not (a stopped broker stays registered until it is unregistered), but each partition
+    needs one active replica to lead it."""
     expected = list(range(first_partition, first_partition + len(assignments)))
     if sorted(assignments) != expected:
         return "Partitions must be numbered consecutively from " + str(first_partition)
     sizes = {len(r) for r in assignments.values()}
     if len(sizes) != 1 or 0 in sizes:
         return "All partitions must have the same, non-zero number of replicas"
+    active = image.usable_broker_ids()
     for partition, replicas in assignments.items():
         if len(set(replicas)) != len(replicas):
             return f"Duplicate brokers not allowed in replica assignment of partition {partition}"
-        unknown = [b for b in replicas if b not in brokers]
+        unknown = [b for b in replicas if b not in image.brokers]
         if unknown:
             return (
                 f"The manual partition assignment includes broker {unknown[0]}, but no such "
                 "broker is registered."
             )
+        if not any(b in active for b in replicas):
+            return (
+                "All brokers specified in the manual partition assignment for partition "
+                f"{partition} are fenced or in controlled shutdown."
+            )
     return None
 
 
 def _partition_records(
-    topic_id: uuid.UUID, assignments: Mapping[int, tuple[int, ...]], active: frozenset[int]
+    topic_id: uuid.UUID, assignments: Mapping[int, tuple[int, ...]], active: set[int]
 ) -> list[PartitionRecord]:
-    """New partitions, led by their first replica; only the active replicas start in the ISR
-    (Kafka's rule: a fenced broker placed as a follower has yet to catch up)."""
-    return [
-        PartitionRecord(
-            partition_id=partition,
-            topic_id=topic_id,
-            replicas=replicas,
-            isr=tuple(b for b in replicas if b in active),
-            leader=replicas[0],
-            leader_epoch=0,
-            partition_epoch=0,
+    """New partitions: only the active replicas start in the ISR (Kafka's rule: a fenced
+    broker, or one shutting down, has yet to catch up), and the first of them leads, so a
+    manual assignment that names a stopped broker first is led by the next one. The caller
+    has made sure each partition has one."""
+    records = []
+    for partition, replicas in sorted(assignments.items()):
+        isr = tuple(b for b in replicas if b in active)
+        records.append(
+            PartitionRecord(
+                partition_id=partition,
+                topic_id=topic_id,
+                replicas=replicas,
+                isr=isr,
+                leader=isr[0],
+                leader_epoch=0,
+                partition_epoch=0,
+            )
         )
-        for partition, replicas in sorted(assignments.items())
-    ]
+    return records

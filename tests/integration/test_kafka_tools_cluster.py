@@ -2,7 +2,8 @@
 and against three Apache Kafka nodes (4.3.1): the Kafka run proves the scenario and the
 harness right. kafka-topics --describe shows each partition's leader, replicas and ISR;
 kafka-leader-election moves leaderships back to the preferred replicas; kafka-reassign-partitions
-moves a partition under a replication throttle."""
+moves a partition under a replication throttle; kafka-cluster unregister removes a broker that
+a clean stop left registered."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from tests.support.kafka_dist import (
     KafkaTools,
@@ -302,32 +304,63 @@ def test_log_dirs_and_api_versions_answer_for_every_broker(cluster: ToolCluster)
 
 
 def _registered(bootstrap: str) -> set[int]:
+    """The brokers a Metadata response lists: the unfenced ones, as Kafka's do."""
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
     return set(admin.list_topics(timeout=10).brokers)
 
 
-def test_a_broker_gone_for_good_is_unregistered(cluster: ToolCluster) -> None:
-    """What a scale-down does once a broker's pod is gone: kafka-cluster unregister. Its
-    partitions move off it, it leaves the cluster's metadata, and a process started again
-    under its id registers anew."""
-    tools = KafkaTools(cluster.bootstrap)
-    tools.topics("--create", "--topic", "leaving", "--replica-assignment", "3:1:2")
-    _wait_until(tools, "leaving", lambda d: d[0][2] == {1, 2, 3}, "in sync")
-    cluster.stop(3)  # (Kafka's JVM exits 143 on SIGTERM, Gregor 0)
+def _create(bootstrap: str, topic: str, assignment: list[list[int]]) -> KafkaError | None:
+    """CreateTopics with a manual assignment, through confluent_kafka's AdminClient; the
+    error it was refused with, or None."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    wanted = NewTopic(topic, num_partitions=len(assignment), replica_assignment=assignment)
+    created = admin.create_topics([wanted])
+    try:
+        created[topic].result(timeout=30)
+    except KafkaException as exc:
+        error: KafkaError = exc.args[0]
+        return error
+    return None
 
-    unregistered = tools.cluster("unregister", "--id", "3")
-    assert "Broker 3 is no longer registered." in unregistered.stdout
+
+def test_a_stopped_broker_stays_registered_until_it_is_unregistered(
+    cluster: ToolCluster,
+) -> None:
+    """Issue 25, as in Kafka: a broker stopped cleanly stays registered, fenced, so a manual
+    assignment may name it (its replica starts out of the ISR and joins once it is back).
+    Only kafka-cluster unregister, what a scale-down does once a broker's pod is gone,
+    removes it: its partitions move off it, an assignment naming it is refused, and a
+    process started again under its id registers anew."""
+    tools = KafkaTools(cluster.bootstrap)
+    cluster.stop(3)  # (Kafka's JVM exits 143 on SIGTERM, Gregor 0)
     deadline = time.monotonic() + 30
-    while _registered(cluster.bootstrap) != {1, 2}:
+    while _registered(cluster.bootstrap) != {1, 2}:  # Metadata lists the unfenced only
         assert time.monotonic() < deadline, _registered(cluster.bootstrap)
         time.sleep(0.5)
-    described = _describe(tools, "leaving")
-    assert described[0][0] in (1, 2)
-    assert 3 not in described[0][2]
 
-    with pytest.raises(ToolFailed) as refused:
+    assert _create(cluster.bootstrap, "kept", [[1, 2, 3]]) is None
+    described = _wait_until(tools, "kept", lambda d: d[0][2] == {1, 2}, "in sync without 3")
+    assert described[0] == (1, [1, 2, 3], {1, 2})
+    cluster.restart(3)
+    _wait_until(tools, "kept", lambda d: d[0][2] == {1, 2, 3}, "3 joins the ISR")
+
+    tools.topics("--create", "--topic", "leaving", "--replica-assignment", "3:1:2")
+    _wait_until(tools, "leaving", lambda d: d[0][2] == {1, 2, 3}, "in sync")
+    cluster.stop(3)
+    unregistered = tools.cluster("unregister", "--id", "3")
+    assert "Broker 3 is no longer registered." in unregistered.stdout
+    for topic in ("kept", "leaving"):
+        described = _describe(tools, topic)
+        assert described[0][0] in (1, 2)
+        assert 3 not in described[0][2]
+    refused = _create(cluster.bootstrap, "refused", [[1, 2, 3]])
+    assert refused is not None
+    assert refused.code() == KafkaError.INVALID_REPLICA_ASSIGNMENT, refused
+    assert "broker 3, but no such broker is registered" in refused.str(), refused
+
+    with pytest.raises(ToolFailed) as unknown:
         tools.cluster("unregister", "--id", "7")
-    assert "BrokerIdNotRegisteredException" in str(refused.value)
+    assert "BrokerIdNotRegisteredException" in str(unknown.value)
 
     cluster.restart(3)
     deadline = time.monotonic() + 30

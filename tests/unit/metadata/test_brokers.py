@@ -72,6 +72,17 @@ class Cluster:
         self.commit(heartbeat(self.image, self.sessions, request, now_ms=0)[0])
         return epoch
 
+    def shut_down(self, broker_id: int, epoch: int) -> None:
+        """A controlled shutdown to its end (SIGTERM): the broker asks, applies the records
+        that fence it, and is let go."""
+        request = Heartbeat(broker_id, epoch, self.next_offset - 1, want_shut_down=True)
+        records, _ = heartbeat(
+            self.image, self.sessions, request, now_ms=0, next_offset=self.next_offset
+        )
+        self.commit(records)
+        caught_up = Heartbeat(broker_id, epoch, self.next_offset - 1, want_shut_down=True)
+        assert heartbeat(self.image, self.sessions, caught_up, now_ms=0)[1].should_shut_down
+
 
 def test_a_broker_registers_fenced_with_its_registrations_offset_as_epoch() -> None:
     cluster = Cluster()
@@ -292,4 +303,46 @@ def test_an_unregistered_broker_leaves_the_cluster_and_its_partitions() -> None:
         [],
         ErrorCode.broker_id_not_registered,
         "Broker ID 3 is not currently registered",
+    )
+
+
+def test_a_cleanly_stopped_broker_stays_registered_and_fenced_until_it_is_unregistered() -> None:
+    """As in Kafka (issue 25): a controlled shutdown fences a broker, it does not remove it.
+    A manual assignment may still name it, out of the ISR; its next process registers anew
+    and is unfenced once caught up; only UnregisterBroker removes it."""
+    cluster = Cluster()
+    epochs = {broker_id: cluster.register_live(broker_id) for broker_id in (1, 2, 3)}
+    cluster.shut_down(3, epochs[3])
+    stopped = cluster.image.brokers[3]
+    assert (stopped.epoch, stopped.fenced) == (epochs[3], True)
+    assert cluster.image.registration(3) is not None
+    assert 3 not in [b.broker_id for b in cluster.image.live_brokers]  # Metadata lists it not
+    rebuilt = MetadataImage()
+    rebuilt.load(cluster.image.snapshot_records(), cluster.next_offset - 1)
+    assert rebuilt.brokers[3] == stopped
+
+    controller = QuorumController(cluster.image, num_partitions=1, replication_factor=1)
+    records, [result] = controller.create_topics([TopicRequest("kept", assignments={0: [1, 2, 3]})])
+    assert (result.error, result.message) == (ErrorCode.none, None)
+    cluster.commit(records)
+    kept = cluster.image.topics["kept"].partitions[0]
+    assert (kept.replicas, kept.isr, kept.leader) == ((1, 2, 3), (1, 2), 1)
+
+    # Its next process registers at once with a new epoch, and is unfenced once caught up.
+    epoch = cluster.register(3, now=4)
+    assert epoch > epochs[3]
+    assert (cluster.image.brokers[3].epoch, cluster.image.brokers[3].fenced) == (epoch, True)
+    request = Heartbeat(3, epoch, cluster.next_offset - 1)
+    cluster.commit(heartbeat(cluster.image, cluster.sessions, request, now_ms=5)[0])
+    assert not cluster.image.brokers[3].fenced
+
+    cluster.shut_down(3, epoch)
+    records, error, _ = unregister(cluster.image, cluster.sessions, 3)
+    assert error == ErrorCode.none
+    cluster.commit(records)
+    assert 3 not in cluster.image.brokers
+    _, [refused] = controller.create_topics([TopicRequest("gone", assignments={0: [1, 2, 3]})])
+    assert (refused.error, refused.message) == (
+        ErrorCode.invalid_replica_assignment,
+        "The manual partition assignment includes broker 3, but no such broker is registered.",
     )

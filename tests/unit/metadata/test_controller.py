@@ -8,15 +8,18 @@ import uuid
 
 import pytest
 
-from broker.metadata import ConfigOp, MetadataImage, QuorumController, TopicRequest
+from broker.metadata import ConfigOp, MetadataImage, Outcome, QuorumController, TopicRequest
 from broker.metadata.controller import MAX_RECORDS_PER_USER_OP
 from broker.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
 from broker.metadata.records import (
     BrokerEndpoint,
+    BrokerRegistrationChangeRecord,
+    FenceBrokerRecord,
     MetadataRecord,
     PartitionRecord,
     RegisterBrokerRecord,
     UnfenceBrokerRecord,
+    UnregisterBrokerRecord,
 )
 from broker.protocol.errors import ErrorCode
 
@@ -147,6 +150,66 @@ def test_create_partitions_only_grows() -> None:
         assert message in outcome.message
     assert controller.create_partitions("nope", 2, None)[1].error == (
         ErrorCode.unknown_topic_or_partition
+    )
+
+
+def test_manual_assignments_may_name_fenced_brokers_which_start_out_of_the_isr() -> None:
+    """Kafka's rule: any registered broker may be named, fenced or shutting down; the ISR is
+    the active replicas, the first of them leads, and a partition with none is refused."""
+    image = _image(brokers=5)
+    _commit(
+        image,
+        [
+            BrokerRegistrationChangeRecord(3, 3, fenced=1, in_controlled_shutdown=1),  # stopped
+            FenceBrokerRecord(4, 4),  # its session ran out
+            BrokerRegistrationChangeRecord(5, 5, fenced=1),  # it asked (its disks failed)
+        ],
+    )
+    controller = _controller(image)
+    records, [result] = controller.create_topics(
+        [TopicRequest("t", assignments={0: [3, 1, 2], 1: [2, 3, 1]})]
+    )
+    assert (result.error, result.message, result.replication_factor) == (ErrorCode.none, None, 3)
+    _commit(image, records)
+    partitions = image.topics["t"].partitions
+    assert [(p.replicas, p.isr, p.leader) for p in partitions.values()] == [
+        ((3, 1, 2), (1, 2), 1),
+        ((2, 3, 1), (2, 1), 2),
+    ]
+    records, outcome = controller.create_partitions("t", 3, [[4, 3, 2]])
+    assert outcome == Outcome()
+    _commit(image, records)
+    added = partitions[2]
+    assert (added.replicas, added.isr, added.leader) == ((4, 3, 2), (2,), 2)
+
+    all_fenced = "are fenced or in controlled shutdown."
+    _, [refused] = controller.create_topics([TopicRequest("u", assignments={0: [1], 1: [4]})])
+    assert (refused.error, refused.message) == (
+        ErrorCode.invalid_replica_assignment,
+        f"All brokers specified in the manual partition assignment for partition 1 {all_fenced}",
+    )
+    records, outcome = controller.create_partitions("t", 4, [[3, 4, 5]])
+    assert (records, outcome) == (
+        [],
+        Outcome(
+            ErrorCode.invalid_replica_assignment,
+            "All brokers specified in the manual partition assignment for partition 3 "
+            f"{all_fenced}",
+        ),
+    )
+    records, outcome = controller.create_partitions("t", 4, [[3, 4, 9]])
+    assert (records, outcome.error, outcome.message) == (
+        [],
+        ErrorCode.invalid_replica_assignment,
+        "The manual partition assignment includes broker 9, but no such broker is registered.",
+    )
+
+    # Once unregistered, a broker may no longer be named.
+    _commit(image, [UnregisterBrokerRecord(3, 3)])
+    _, [gone] = controller.create_topics([TopicRequest("v", assignments={0: [1, 3]})])
+    assert (gone.error, gone.message) == (
+        ErrorCode.invalid_replica_assignment,
+        "The manual partition assignment includes broker 3, but no such broker is registered.",
     )
 
 

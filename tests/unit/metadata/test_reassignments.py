@@ -196,3 +196,24 @@ def test_a_change_of_replication_factor_can_be_forbidden() -> None:
     ]
     cluster.commit(records)
     assert (_state(cluster, 0).reassigning, _state(cluster, 1).adding) == (False, (4,))
+
+
+def test_a_reassignment_to_a_stopped_broker_completes_once_it_is_back_in_sync() -> None:
+    """A cleanly stopped broker stays registered, fenced (issue 25): a reassignment may name
+    it, as in Kafka; it joins the ISR, and so completes the move, only once its next process
+    has registered and been unfenced."""
+    cluster = _cluster()
+    cluster.shut_down(4, cluster.image.brokers[4].epoch)
+    assert _reassign(cluster, Reassignment("t", 0, (2, 3, 4))) == [(ErrorCode.none, None)]
+    assert _state(cluster).adding == (4,)
+    assert _join_isr(cluster, 4) == ErrorCode.ineligible_replica
+
+    cluster.register_live(4)
+    assert _join_isr(cluster, 4) == ErrorCode.new_leader_elected
+    done = _state(cluster)
+    assert (done.replicas, done.isr, done.leader, done.reassigning) == (
+        (2, 3, 4),
+        (2, 3, 4),
+        2,
+        False,
+    )
