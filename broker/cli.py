@@ -6,6 +6,9 @@
   cluster of N combined nodes, or of N brokers and C dedicated controllers (one node in this
   process; more as processes of their own, `broker/local.py`), and prints its bootstrap
   servers.
+- `gregor format --config server.properties --cluster-id ID [--ignore-formatted]` formats the
+  node's log dirs (Kafka's `kafka-storage format`): `meta.properties` with the cluster id, the
+  node id and a directory id of each dir's own.
 - `gregor api-versions` prints the ApiVersions advertisement a node sends: each API it has a
   handler for, with its version range, exactly as on the wire.
 """
@@ -30,6 +33,8 @@ from broker.handlers.api_versions import advertisement
 from broker.local import run_local_cluster
 from broker.node import Node, NodeError
 from broker.storage import StorageError
+from broker.storage.meta_properties import format_dirs, read_meta_properties
+from broker.storage.partition_metadata import encode_uuid
 
 log = logging.getLogger("gregor")
 
@@ -123,6 +128,23 @@ def _broker(args: argparse.Namespace) -> int:
     return _run_node(config, cluster_id=args.cluster_id)
 
 
+def _format(args: argparse.Namespace) -> int:
+    config = BrokerConfig.load(Path(args.config), _overrides(args.override))
+    formatted = format_dirs(
+        list(config.log_dirs),
+        args.cluster_id,
+        config.node_id,
+        ignore_formatted=args.ignore_formatted,
+    )
+    for log_dir in config.log_dirs:
+        meta = read_meta_properties(log_dir)
+        assert meta is not None
+        assert meta.directory_id is not None
+        said = "formatted" if log_dir in formatted else "already formatted"
+        print(f"{log_dir}: {said} (directory.id {encode_uuid(meta.directory_id)})")
+    return 0
+
+
 def _local_up(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir).resolve()
     if args.brokers != 1 or args.controllers is not None:
@@ -174,6 +196,24 @@ def build_parser() -> argparse.ArgumentParser:
         "of a cluster needs the same one; log dirs of another cluster are refused",
     )
     broker.set_defaults(run=_broker)
+
+    format_ = commands.add_parser(
+        "format", help="format a node's log dirs for a cluster (as kafka-storage format)"
+    )
+    format_.add_argument("--config", required=True, help="path to server.properties")
+    format_.add_argument(
+        "--override", action="append", default=[], metavar="KEY=VALUE", help="override a property"
+    )
+    format_.add_argument(
+        "--cluster-id", required=True, help="the cluster's id: the same on every node"
+    )
+    format_.add_argument(
+        "--ignore-formatted",
+        action="store_true",
+        help="leave dirs formatted for this cluster and node as they are (without it, any "
+        "formatted dir is an error)",
+    )
+    format_.set_defaults(run=_format)
 
     local = commands.add_parser("local", help="a local cluster for development")
     local_commands = local.add_subparsers(dest="local_command", metavar="COMMAND", required=True)

@@ -39,10 +39,12 @@ FORWARDED_APIS = frozenset(
         ApiKey.ALTER_PARTITION_REASSIGNMENTS,
         ApiKey.LIST_PARTITION_REASSIGNMENTS,
         ApiKey.UNREGISTER_BROKER,
+        ApiKey.DESCRIBE_QUORUM,
     }
 )
 """The requests whose answer is the active controller's: they write metadata (or, for
-ListPartitionReassignments, read what it has committed)."""
+ListPartitionReassignments, read what it has committed; for DescribeQuorum, which Kafka 4's
+brokers forward too, what only the quorum's leader knows: its voters' and observers' progress)."""
 BROKER_PRINCIPAL = b"gregor-broker"
 """An Envelope's principal when a broker sends a request on its own behalf."""
 ENVELOPE_VERSION = 0

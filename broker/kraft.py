@@ -9,14 +9,28 @@ serialised: each one sees the image its predecessor left.
 This class is also the quorum's state machine (`StateMachine`): the driver hands it every
 committed entry, and it applies it to the image and tells the subscribers (the replica manager,
 the connection limits) what changed. A subscriber that fails — a log dir that went offline, no
-descriptors left — is logged and kept in `load_failures`, never raised into the commit: the
-image stays the committed state whatever this node could do with it.
+descriptors left — is logged, counted (`apply_error_count`) and kept in `load_failures`, never
+raised into the commit: the image stays the committed state whatever this node could do with
+it.
+
+A committed record that cannot be applied to the image is another matter: the image no longer
+follows the log. Kafka's rule (its "metadata loading" fault handler, fatal on a process with the
+controller role):
+1. Every failure is counted (`load_error_count`, Kafka's `metadata-load-error-count`).
+2. On a controller (a voter: the active one, or one that could be elected and decide from a
+   wrong image), it is fatal: the node resigns leadership, leaves the quorum and the process
+   exits with status 1, naming the record's offset and type. Another voter, whose image
+   follows the log, leads.
+3. On a broker-only node, it is logged and kept in `load_failures`; the node serves what it can
+   from the image it has.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
@@ -51,17 +65,29 @@ from broker.metadata.reassignments import (
     alter_reassignments,
     ongoing,
 )
-from broker.metadata.records import decode_record, encode_record
+from broker.metadata.records import RECORD_TYPES, decode_record, encode_record
 from broker.protocol.errors import ErrorCode
-from broker.quorum import NotController, QuorumDriver, QuorumStore
+from broker.quorum import NotController, QuorumDriver, QuorumStore, StateMachineFault
 from broker.raft import QuorumTimeouts
 from broker.storage import LogConfig
 
-__all__ = ["MetadataService", "NotController"]
+__all__ = ["MetadataService", "NotController", "halt"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+def halt(message: str) -> None:
+    """End the process at once with status 1, as Kafka's ProcessTerminatingFaultHandler halts a
+    controller on a fatal fault. Not a clean shutdown: that would go on serving, and hand a
+    controlled shutdown to a quorum, from an image that no longer follows the log; the
+    partition logs recover on restart as after any crash."""
+    log.critical("%s: exiting", message)
+    logging.shutdown()
+    sys.stderr.write(f"gregor: {message}\n")
+    sys.stderr.flush()
+    os._exit(1)
 
 
 class MetadataService:
@@ -73,7 +99,10 @@ class MetadataService:
         cluster_id: str,
         steady_clock: Callable[[], int],
         controller_endpoint: tuple[str, str, int] | None = None,
+        fatal: Callable[[str], None] = halt,
     ) -> None:
+        """`fatal` is told why this node must stop once a controller has resigned after a
+        record it could not apply (the process exits; tests pass their own)."""
         self.config = config
         self._clock = clock
         self.image = MetadataImage()
@@ -85,6 +114,12 @@ class MetadataService:
         self.subscribers: list[Callable[[Change], None]] = []
         self.load_failures: list[str] = []
         """What this node failed to act on locally (see the module docstring)."""
+        self.load_error_count = 0
+        """Committed records not applied to the image (Kafka's `metadata-load-error-count`)."""
+        self.apply_error_count = 0
+        """Changes a subscriber failed to act on (Kafka's `metadata-apply-error-count`)."""
+        self._fatal = fatal
+        self._controller = "controller" in config.process_roles
         self._lock = asyncio.Lock()
         self.broker_epoch = -1
         """This node's broker epoch once it is registered (`BrokerLifecycle` sets it)."""
@@ -115,6 +150,7 @@ class MetadataService:
             endpoint=controller_endpoint,
         )
         self.driver.on_leadership = self._on_leadership
+        self.driver.on_fault = self._on_fault
         self._cluster_id = cluster_id
         self._steady = steady_clock
         self.sessions = BrokerSessions(config.broker_session_timeout_ms)
@@ -155,20 +191,43 @@ class MetadataService:
     # -- the quorum's state machine ----------------------------------------------------------
 
     def apply(self, offset: int, payload: bytes) -> None:
+        record: MetadataRecord | None = None
         try:
             record = decode_record(payload)
             change = self.image.apply(record, offset)
         except Exception as exc:
-            log.exception("metadata record at offset %d not applied", offset)
-            self.load_failures.append(f"offset {offset}: {exc}")
+            what = type(record).__name__ if record is not None else _record_type(payload)
+            self._load_failed(f"{what} at offset {offset}", exc)
             return
         if change is not None:
             self._notify(change)
 
     def load(self, payloads: Sequence[bytes], end_offset: int) -> None:
-        records = [decode_record(payload) for payload in payloads]
-        for change in self.image.load(records, end_offset - 1):
+        try:
+            records = [decode_record(payload) for payload in payloads]
+            changes = self.image.load(records, end_offset - 1)
+        except Exception as exc:
+            self._load_failed(f"snapshot ending at offset {end_offset}", exc)
+            raise  # a broker's quorum stops here, as on a failed metadata disk
+        for change in changes:
             self._notify(change)
+
+    def _load_failed(self, what: str, exc: Exception) -> None:
+        """A committed record (or snapshot) not applied to the image: fatal on a controller,
+        reported on a broker (see the module docstring)."""
+        self.load_error_count += 1
+        failure = f"the committed {what} of the metadata log could not be applied: {exc!r}"
+        if self._controller:
+            raise StateMachineFault(f"controller {self.config.node_id}: {failure}") from exc
+        log.error("%s; this broker serves what it can from the image it has", failure, exc_info=exc)
+        self.load_failures.append(failure)
+
+    def _on_fault(self, fault: StateMachineFault) -> None:
+        """The driver has resigned and left the quorum after `_load_failed` on a controller."""
+        self._fatal(
+            f"{fault}; it left the quorum (resigning leadership, if held) so that a voter whose "
+            "image follows the log leads"
+        )
 
     def snapshot(self) -> Iterable[bytes]:
         return [encode_record(record) for record in self.image.snapshot_records()]
@@ -179,6 +238,7 @@ class MetadataService:
                 subscriber(change)
             except Exception as exc:
                 log.exception("this node failed to act on %s", change)
+                self.apply_error_count += 1
                 self.load_failures.append(f"{change}: {exc}")
 
     # -- brokers, as the active controller sees them (KIP-631) ----------------------------------
@@ -194,6 +254,7 @@ class MetadataService:
                 next_offset=next_offset,
                 now_ms=self._steady(),
                 unclean=self.unclean_allowed,
+                min_isr=self.controller_min_isr,
             )
         )
 
@@ -218,6 +279,7 @@ class MetadataService:
                 now_ms=self._steady(),
                 unclean=self.unclean_allowed,
                 next_offset=next_offset,
+                min_isr=self.controller_min_isr,
             )
         )
 
@@ -228,7 +290,9 @@ class MetadataService:
         controller): answered once the ISR changes are committed."""
 
         def decide(_: int) -> tuple[Sequence[MetadataRecord], tuple[ErrorCode, list[IsrAnswer]]]:
-            records, error, answers = alter_isr(self.image, broker_id, broker_epoch, changes)
+            records, error, answers = alter_isr(
+                self.image, broker_id, broker_epoch, changes, self.controller_min_isr
+            )
             return records, (error, answers)
 
         return await self._propose_at(decide)
@@ -250,7 +314,7 @@ class MetadataService:
             _: QuorumController,
         ) -> tuple[Sequence[MetadataRecord], tuple[ErrorCode, str | None]]:
             records, error, message = unregister(
-                self.image, self.sessions, broker_id, self.unclean_allowed
+                self.image, self.sessions, broker_id, self.unclean_allowed, self.controller_min_isr
             )
             return records, (error, message)
 
@@ -390,6 +454,19 @@ class MetadataService:
                 return value.strip().lower() == "true"
         return self.config.unclean_leader_election_enable
 
+    def controller_min_isr(self, topic: str) -> int:
+        """`min.insync.replicas` for `topic` as the controller resolves it for its eligible
+        leader replicas (KIP-966): the topic's setting, every broker's dynamic default,
+        `server.properties`, 1 (a broker's own dynamic setting is not the controller's)."""
+        for configs in (self.image.topic_config(topic), self.cluster_dynamic_configs):
+            value = configs.get("min.insync.replicas")
+            if value is not None:
+                try:
+                    return int(value)
+                except ValueError:
+                    continue  # validated when set; a bad value falls through, never fails
+        return self.config.min_insync_replicas
+
     def _rebalance_decision(self, _: QuorumController) -> tuple[list[MetadataRecord], int]:
         records = rebalance(self.image)
         if records:
@@ -404,7 +481,7 @@ class MetadataService:
                 expired,
                 self.sessions.session_timeout_ms,
             )
-        return fence(self.image, expired, self.unclean_allowed), None
+        return fence(self.image, expired, self.unclean_allowed, self.controller_min_isr), None
 
     @property
     def broker_dynamic_configs(self) -> dict[str, str]:
@@ -460,3 +537,22 @@ class MetadataService:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
         await self.driver.stop()
+
+
+def _record_type(payload: bytes) -> str:
+    """The record type a metadata record value names (the second varint of its frame), for a
+    record that did not decode."""
+    fields: list[int] = []
+    value = shift = 0
+    for byte in payload[:10]:
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            fields.append(value)
+            value = shift = 0
+            if len(fields) == 2:
+                break
+    if len(fields) < 2:
+        return "unreadable record"
+    record_type = RECORD_TYPES.get(fields[1])
+    return f"record of type {fields[1]}" if record_type is None else record_type.__name__

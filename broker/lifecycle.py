@@ -40,8 +40,20 @@ ALTER_PARTITION_VERSION = 3
 ALLOCATE_PRODUCER_IDS_VERSION = 0
 
 
+PEERS_CLOSE_TIMEOUT_S = 2.0
+"""How long a controlled shutdown waits for its connections to the controller to close."""
+
+
 class BrokerLifecycle:
-    def __init__(self, config: BrokerConfig, metadata: MetadataService, cluster_id: str) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        metadata: MetadataService,
+        cluster_id: str,
+        *,
+        log_dirs: tuple[uuid.UUID, ...] = (),
+        previous_broker_epoch: int = -1,
+    ) -> None:
         self._config = config
         self._metadata = metadata
         self._cluster_id = cluster_id
@@ -55,6 +67,11 @@ class BrokerLifecycle:
         )
         self._stopping = False
         self._request: Registration | None = None
+        self.log_dirs = log_dirs
+        """This broker's online log dirs' directory ids (KIP-858), told in its registration."""
+        self.previous_broker_epoch = previous_broker_epoch
+        """The epoch of its last clean stop, as its clean-shutdown markers say (KIP-966), -1
+        after a crash or with a new disk: told in its registration."""
         self.wants_fence: Callable[[], bool] = lambda: False
         """Whether this broker asks to be fenced in its heartbeats: it can hold no replica
         (every log dir failed), so its leaderships and ISR places must go to other brokers
@@ -75,7 +92,13 @@ class BrokerLifecycle:
             for name, (host, port) in sorted(endpoints.items())
         )
         self._request = Registration(
-            config.node_id, self.incarnation_id, self._cluster_id, listeners, config.broker_rack
+            config.node_id,
+            self.incarnation_id,
+            self._cluster_id,
+            listeners,
+            config.broker_rack,
+            log_dirs=self.log_dirs,
+            previous_broker_epoch=self.previous_broker_epoch,
         )
         await self._register_until_done()
         self._heartbeats = asyncio.get_running_loop().create_task(self._heartbeat_loop())
@@ -136,7 +159,16 @@ class BrokerLifecycle:
                     await asyncio.sleep(RETRY_BACKOFF_S)
         except TimeoutError:
             log.warning("no controller answered the controlled shutdown; stopping anyway")
-        await self._peers.close()
+        try:
+            # Bounded too: a connection to a controller that stopped answering (SIGSTOP) may
+            # not close, and a node told to stop must stop.
+            async with asyncio.timeout(PEERS_CLOSE_TIMEOUT_S):
+                await self._peers.close()
+        except TimeoutError:
+            log.warning(
+                "the connections to the controller did not close within %.0f s; stopping anyway",
+                PEERS_CLOSE_TIMEOUT_S,
+            )
 
     async def _heartbeat_loop(self) -> None:
         interval = self._config.broker_heartbeat_interval_ms / 1000
@@ -298,8 +330,8 @@ class BrokerLifecycle:
             ),
             features=(),
             rack=request.rack,
-            log_dirs=(),
-            previous_broker_epoch=-1,
+            log_dirs=request.log_dirs,
+            previous_broker_epoch=request.previous_broker_epoch,
         )
         response = await self._send(ApiKey.BROKER_REGISTRATION, REGISTRATION_VERSION, body)
         if response is None or response.error_code == ErrorCode.not_controller:

@@ -29,7 +29,7 @@ import types
 import typing
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
-from typing import Any, Union
+from typing import Any, Protocol, Union
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
 from prometheus_client.exposition import choose_encoder
@@ -163,13 +163,29 @@ class _Latency:
         self.total_ms = 0.0
 
 
+class MetadataErrors(Protocol):
+    """What the node's metadata service counts of its failures (`broker.kraft`)."""
+
+    @property
+    def load_error_count(self) -> int: ...
+    @property
+    def apply_error_count(self) -> int: ...
+
+
 class BrokerMetrics(Collector):
     """The node's metrics: `appended` and `request_done` are the hooks the replica manager and
     the dispatcher call on the event loop; `registry` is what the endpoint exposes."""
 
-    def __init__(self, replicas: ReplicaManager, *, active_controller: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        *,
+        active_controller: Callable[[], bool],
+        metadata: MetadataErrors | None = None,
+    ) -> None:
         self._replicas = replicas
         self._active_controller = active_controller
+        self._metadata = metadata
         self._all_topics = [0] * len(_TOPIC_COUNTERS)
         self._topics: dict[str, list[int]] = {}
         self._requests: dict[tuple[int, int], int] = {}
@@ -279,6 +295,7 @@ class BrokerMetrics(Collector):
         yield from self._request_metrics()
         yield from self._replica_metrics()
         yield from self._controller_metrics()
+        yield from self._metadata_metrics()
 
     def _topic_metrics(self) -> Iterator[Metric]:
         # A deleted topic's series go, as Kafka removes its topic metrics on deletion.
@@ -356,6 +373,12 @@ class BrokerMetrics(Collector):
             "OfflineReplicaCount: replicas whose log dir failed",
             len(replicas.logs.offline),
         )
+        yield CounterMetricFamily(
+            "kafka_log_logmanager_straylogs",
+            "kafka.log:type=LogManager,name=StrayLogs: partition directories set aside, never "
+            "served, because the metadata does not assign them here under their topic id",
+            value=replicas.logs.strays,
+        )
         log_gauges = {
             name: GaugeMetricFamily(
                 f"kafka_log_log_{name}",
@@ -403,6 +426,29 @@ class BrokerMetrics(Collector):
                 f"kafka_controller_kafkacontroller_{name}",
                 f"kafka.controller:type=KafkaController,name={help_text}",
                 value=value if active else 0,
+            )
+
+    def _metadata_metrics(self) -> Iterator[Metric]:
+        metadata = self._metadata
+        if metadata is None:
+            return
+        for name, help_text, value in (
+            (
+                "load_error_count",
+                "committed metadata records this node could not apply to its image",
+                metadata.load_error_count,
+            ),
+            (
+                "apply_error_count",
+                "metadata changes this node could not act on",
+                metadata.apply_error_count,
+            ),
+        ):
+            yield GaugeMetricFamily(
+                f"kafka_server_broker_metadata_metrics_metadata_{name}",
+                f"kafka.server:type=broker-metadata-metrics,name=metadata-"
+                f"{name.replace('_', '-')}: {help_text}",
+                value=value,
             )
 
 

@@ -1,8 +1,9 @@
 """A Gregor node: its log dirs, its listeners, its handlers, and its lifecycle.
 
-On first start a node formats its empty log dirs (`meta.properties` with the cluster id and its
-node id, as `kafka-storage format` would); later starts refuse a log dir that belongs to
-another cluster or another node. SIGTERM stops the node cleanly and it exits 0.
+On first start a node formats its empty log dirs (`meta.properties` with the cluster id, its
+node id and a directory id, as `kafka-storage format` would, or `gregor format` before it);
+later starts refuse a log dir that belongs to another cluster or another node. SIGTERM stops
+the node cleanly and it exits 0.
 """
 
 from __future__ import annotations
@@ -14,14 +15,13 @@ import logging
 import signal
 import uuid
 from collections.abc import Callable, Coroutine
-from pathlib import Path
 from typing import Any
 
 from broker.compaction import run_cleaner
 from broker.config import BrokerConfig, InvalidConfig
 from broker.forwarding import FORWARDED_APIS, Forwarding
 from broker.groups.api import GroupConfig
-from broker.groups.persistence import GroupLogUnavailable, LogGroupLog
+from broker.groups.persistence import GroupLogUnavailable, GroupLogWriteFailed, LogGroupLog
 from broker.groups.service import GroupService
 from broker.handlers import NodeState, build_dispatcher
 from broker.handlers.context import OFFSETS_TOPIC, Endpoint, steady_clock_ms, wall_clock_ms
@@ -36,6 +36,7 @@ from broker.replica import FetcherSettings, IsrSender, ReplicaFetchers, ReplicaM
 from broker.server import BoundListener, BrokerServer, Dispatcher
 from broker.storage import Log, LogManager, StorageError
 from broker.storage.manager import TopicPartition
+from broker.storage.meta_properties import DirIdentity, load_or_format
 
 __all__ = ["Node", "NodeError", "format_log_dirs", "new_cluster_id"]
 
@@ -49,7 +50,6 @@ _CONNECTION_LIMITS = (
 )
 """The connection limits a dynamic broker config changes on a running node."""
 
-META_PROPERTIES = "meta.properties"
 HOUSEKEEPING_INTERVAL_S = 1.0
 
 
@@ -67,46 +67,24 @@ def new_cluster_id() -> str:
             return found
 
 
-def format_log_dirs(config: BrokerConfig, cluster_id: str | None) -> str:
-    """Check or write each log dir's `meta.properties`; return the cluster id they share."""
-    found: dict[Path, dict[str, str]] = {}
-    for log_dir in config.log_dirs:
-        meta = log_dir / META_PROPERTIES
-        if meta.exists():
-            entries = dict(
-                line.split("=", 1) for line in meta.read_text().splitlines() if "=" in line
-            )
-            found[log_dir] = entries
-    ids = {entries.get("cluster.id") for entries in found.values()}
-    if len(ids) > 1:
-        raise NodeError(f"log dirs belong to different clusters: {sorted(map(str, ids))}")
-    existing = next(iter(ids), None)
-    if existing and cluster_id and existing != cluster_id:
-        raise NodeError(
-            f"log dir belongs to cluster {existing}, not {cluster_id}; refusing to start"
+def format_log_dirs(config: BrokerConfig, cluster_id: str | None) -> DirIdentity:
+    """Check each log dir's `meta.properties` (this cluster, this node), format the empty
+    ones, and give each its directory id (`broker/storage/meta_properties.py`)."""
+    try:
+        return load_or_format(
+            list(config.log_dirs), config.node_id, cluster_id, new_cluster_id=new_cluster_id()
         )
-    for log_dir, entries in found.items():
-        if entries.get("node.id") != str(config.node_id):
-            raise NodeError(
-                f"{log_dir} belongs to node {entries.get('node.id')}, not node.id="
-                f"{config.node_id}; refusing to start"
-            )
-    chosen = existing or cluster_id or new_cluster_id()
-    for log_dir in config.log_dirs:
-        if log_dir not in found:
-            log_dir.mkdir(parents=True, exist_ok=True)
-            if any(p.name != ".lock" for p in log_dir.iterdir()):
-                raise NodeError(f"{log_dir} is not empty and has no {META_PROPERTIES}")
-            (log_dir / META_PROPERTIES).write_text(
-                f"version=1\ncluster.id={chosen}\nnode.id={config.node_id}\n"
-            )
-    return chosen
+    except StorageError as exc:
+        raise NodeError(str(exc)) from None
 
 
 class Node:
     def __init__(self, config: BrokerConfig, *, cluster_id: str | None = None) -> None:
         self.config = config
-        self.cluster_id = format_log_dirs(config, cluster_id)
+        identity = format_log_dirs(config, cluster_id)
+        self.cluster_id = identity.cluster_id
+        self.directory_ids = identity.directory_ids
+        """Each log dir's directory id (KIP-858), registered with the controller."""
         self.logs = LogManager(
             list(config.log_dirs),
             config.log,
@@ -216,7 +194,13 @@ class Node:
             host = listener.host or "localhost"
             self.state.advertised[listener.name] = Endpoint(host, port)
         if "broker" in self.config.process_roles:
-            self.lifecycle = BrokerLifecycle(self.config, metadata, self.cluster_id)
+            self.lifecycle = BrokerLifecycle(
+                self.config,
+                metadata,
+                self.cluster_id,
+                log_dirs=self._online_directory_ids(),
+                previous_broker_epoch=self.logs.previous_broker_epoch,
+            )
             self.state.producer_ids = self.lifecycle.allocate_producer_ids
             self.lifecycle.wants_fence = self._every_log_dir_failed
             await self.lifecycle.start(
@@ -225,6 +209,14 @@ class Node:
         await self.server.serve()
         self._start_background(replicas)
         return bound
+
+    def _online_directory_ids(self) -> tuple[uuid.UUID, ...]:
+        """The directory ids this broker registers: its log dirs that are online."""
+        return tuple(
+            directory_id
+            for log_dir, directory_id in self.directory_ids.items()
+            if log_dir not in self.logs.offline_dirs
+        )
 
     def _start_background(self, replicas: ReplicaManager) -> None:
         """The node's periodic work: housekeeping, ISR checks, compaction."""
@@ -350,6 +342,7 @@ class Node:
         metrics = self.metrics = BrokerMetrics(
             replicas,
             active_controller=lambda: "controller" in roles and metadata.is_active_controller,
+            metadata=metadata,
         )
         replicas.on_append = metrics.appended
         self._metrics_endpoint = MetricsEndpoint(metrics.registry, host, port, self._not_ready)
@@ -396,13 +389,16 @@ class Node:
 
     def _append_offsets(self, partition: int, batch: bytes) -> int:
         """The group coordinator's write, as the partition's leader (acks=1: whether it is
-        replicated is asked next, by `_offsets_replicated`)."""
+        replicated is asked next, by `_offsets_replicated`). Refused where this node no
+        longer leads the partition (GroupLogUnavailable: its groups move with the leadership);
+        any other refusal is a `GroupLogWriteFailed`, and the partition is reloaded."""
         assert self.replicas is not None
         result = self.replicas.append(OFFSETS_TOPIC, partition, batch, acks=1)
         if result.error != ErrorCode.none or result.info is None:
-            raise GroupLogUnavailable(
-                f"{OFFSETS_TOPIC}-{partition}: {result.error.name} {result.message or ''}"
-            )
+            said = f"{result.error.name}{f': {result.message}' if result.message else ''}"
+            if not self._leads_offsets(partition):
+                raise GroupLogUnavailable(f"this node no longer leads it ({said})")
+            raise GroupLogWriteFailed(f"{OFFSETS_TOPIC}-{partition}: {said}")
         return result.info.last_offset + 1
 
     async def _offsets_replicated(self, partition: int, end_offset: int) -> bool:
@@ -420,14 +416,19 @@ class Node:
         NOT_COORDINATOR so that they find the new coordinator."""
         if not isinstance(change, PartitionChanged) or change.topic.name != OFFSETS_TOPIC:
             return
+        self._spawn(self._serve_offsets_partition(change.partition))
+
+    async def _serve_offsets_partition(self, partition: int) -> None:
+        """Load or unload the partition's groups as its leadership is when this runs, not as
+        it was when the change came: several changes applied at once (brokers stopping
+        together) can move a leadership here and away again before a load would start."""
         groups = self.groups
         assert groups is not None
-        partition = change.partition
         leads, serves = self._leads_offsets(partition), groups.serves(partition)
         if leads and not serves:
-            self._spawn(groups.load(partition))
+            await groups.load(partition)
         elif serves and not leads:
-            self._spawn(groups.unload(partition))
+            await groups.unload(partition)
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -504,7 +505,8 @@ class Node:
         if self.controller_server is not None:
             await self.controller_server.stop()
         if self._logs_loaded:
-            self.logs.shutdown(now_ms=self.clock())
+            epoch = -1 if self.lifecycle is None else self.lifecycle.broker_epoch
+            self.logs.shutdown(now_ms=self.clock(), broker_epoch=epoch)
         else:
             self.logs.unlock()
 

@@ -14,7 +14,7 @@ from typing import Protocol
 from broker.protocol.records import Record, build_batch, iter_records
 from broker.storage import Log
 
-__all__ = ["GroupLog", "GroupLogUnavailable", "LogGroupLog"]
+__all__ = ["GroupLog", "GroupLogUnavailable", "GroupLogWriteFailed", "LogGroupLog"]
 
 
 class GroupLog(Protocol):
@@ -31,7 +31,16 @@ class GroupLog(Protocol):
 
 
 class GroupLogUnavailable(Exception):
-    """The partition has no log on this node (the topic does not exist yet)."""
+    """This node does not lead the partition (any more) or has no log for it (the topic does
+    not exist yet), so its groups are not served here: a leadership that moved, as in a
+    controlled shutdown, is routine, never an error. Any other failure to write is another
+    exception, and the service reloads the partition from its log."""
+
+
+class GroupLogWriteFailed(Exception):
+    """The partition's leader, this node, refused or failed the coordinator's write (a full
+    disk, a record too large): the service answers NOT_COORDINATOR and reloads the partition
+    from its log, which stays the truth."""
 
 
 class LogGroupLog:
@@ -48,7 +57,8 @@ class LogGroupLog:
         """`log_for(partition)`: the partition's log, or None when `__consumer_offsets` has
         no such partition here yet (replay then finds nothing, append raises).
         `append_batch(partition, batch)`: the leader's append when the partition is
-        replicated (it raises GroupLogUnavailable where this node does not lead), returning
+        replicated (it raises GroupLogUnavailable where this node does not lead, any other
+        error where the append failed here), returning
         the offset after the batch; `replicated(partition, end_offset)`: whether the ISR got
         that far. Without them, batches go straight into the log and count as replicated.
         `leads(partition)`: whether this node leads it; a replay where it does not raises
@@ -74,7 +84,7 @@ class LogGroupLog:
             return self._append_batch(partition, batch)
         log = self._log_for(partition)
         if log is None:
-            raise GroupLogUnavailable(f"__consumer_offsets-{partition} has no log here")
+            raise GroupLogUnavailable("it has no log here")
         info = log.append_as_leader(batch, leader_epoch=self._leader_epoch(partition), now_ms=now)
         return info.last_offset + 1
 
@@ -84,7 +94,7 @@ class LogGroupLog:
     def replay(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
         """Every keyed record of the partition from its log start, in offset order."""
         if self._leads is not None and not self._leads(partition):
-            raise GroupLogUnavailable(f"this node does not lead __consumer_offsets-{partition}")
+            raise GroupLogUnavailable("this node does not lead it")
         log = self._log_for(partition)
         if log is None:
             return

@@ -11,7 +11,10 @@ Rules it keeps:
    delivered: an offset commit is acknowledged only once its record is in the log.
 2. A write that fails leaves the log as the truth: the partition is unloaded (its parked
    requests answered NOT_COORDINATOR, as is every answer that depended on the write) and
-   loaded again from its log.
+   loaded again from its log. A write refused because this node no longer leads the
+   partition (`GroupLogUnavailable`: a controlled shutdown or a reassignment moved it) is
+   routine, as in Kafka: the groups are unloaded, their members told NOT_COORDINATOR so that
+   they find the new coordinator, one line is logged, and nothing is reloaded here.
 3. Work started for a request runs to the end even if the request's connection goes away,
    so the coordinator and the log never disagree about what was decided.
 4. `stop()` leaves no task behind: timers stop, loads are cancelled, and parked requests are
@@ -48,7 +51,7 @@ from .api import (
 )
 from .coordinator import GroupCoordinator
 from .effects import Append
-from .persistence import GroupLog
+from .persistence import GroupLog, GroupLogUnavailable
 from .records import GroupRecordError
 
 __all__ = ["GroupService"]
@@ -113,7 +116,12 @@ class GroupService:
 
     async def load(self, partition: int) -> None:
         """Replay one partition's records and serve its groups; a record that cannot be read
-        is skipped with a warning, a log that cannot be read leaves the partition unserved."""
+        is skipped with a warning, a log that cannot be read leaves the partition unserved.
+        A partition this node no longer leads (its leadership moved on before the load ran)
+        is not served here, with one line and no traceback: nothing is wrong. A stopped
+        service loads nothing (a leadership can still move here while the node stops)."""
+        if self._stopped:
+            return
         self._core.begin_load(partition)
         try:
             for count, (key, value) in enumerate(self._log.replay(partition), 1):
@@ -125,6 +133,10 @@ class GroupService:
                     )
                 if count % _YIELD_EVERY == 0:
                     await asyncio.sleep(0)
+        except GroupLogUnavailable as exc:
+            log.info("not loading the groups of __consumer_offsets-%d: %s", partition, exc)
+            self._core.unload(partition)
+            return
         except Exception:
             log.exception("cannot load __consumer_offsets-%d; its groups are not served", partition)
             self._core.unload(partition)
@@ -222,6 +234,8 @@ class GroupService:
         groups go on meanwhile); COORDINATOR_NOT_AVAILABLE if it is not in time, as Kafka
         answers a commit whose write timed out."""
         failed: set[int] = set()
+        moved: set[int] = set()
+        """Failed partitions this node no longer leads: not reloaded here."""
         written: dict[int, int] = {}
         effects = self._core.outbox.take()
         while effects:
@@ -230,6 +244,16 @@ class GroupService:
                     if effect.partition not in failed:
                         try:
                             end = await self._log.append(effect.partition, effect.records)
+                        except GroupLogUnavailable as exc:
+                            log.info(
+                                "unloading the groups of __consumer_offsets-%d (%s): their "
+                                "members are told NOT_COORDINATOR",
+                                effect.partition,
+                                exc,
+                            )
+                            failed.add(effect.partition)
+                            moved.add(effect.partition)
+                            self._core.unload(effect.partition)
                         except Exception:
                             log.exception(
                                 "cannot write to __consumer_offsets-%d; reloading it from its log",
@@ -250,7 +274,7 @@ class GroupService:
                 else:
                     self._deliver(effect.ticket, result)
             effects = self._core.outbox.take()
-        for partition in failed:
+        for partition in failed - moved:
             self._core.begin_load(partition)
             self._spawn(self.load(partition))
 

@@ -11,6 +11,7 @@ from broker.storage import LogOffline, StorageError
 from . import (
     api_versions,
     cluster,
+    config_resources,
     configs,
     elections,
     fetch,
@@ -19,11 +20,13 @@ from . import (
     metadata,
     produce,
     reassignments,
+    topic_partitions,
     topics,
 )
 from .context import NodeState
 from .errors import error_response
 from .producer_ids import InitProducerId
+from .quorum import DescribeQuorum
 
 __all__ = ["HANDLED_APIS", "NodeState", "build_dispatcher", "classify_error"]
 
@@ -59,6 +62,9 @@ HANDLED_APIS: frozenset[ApiKey] = frozenset(
         ApiKey.ALTER_PARTITION_REASSIGNMENTS,
         ApiKey.LIST_PARTITION_REASSIGNMENTS,
         ApiKey.UNREGISTER_BROKER,
+        ApiKey.DESCRIBE_QUORUM,
+        ApiKey.LIST_CONFIG_RESOURCES,
+        ApiKey.DESCRIBE_TOPIC_PARTITIONS,
     }
 )
 """The APIs a node has handlers for, known without a node: `gregor api-versions` prints their
@@ -87,6 +93,7 @@ def build_dispatcher(state: NodeState) -> Dispatcher:
     )
     handlers[ApiKey.API_VERSIONS] = api_versions.Handler(lambda: dispatcher.handled_api_keys)
     handlers[ApiKey.METADATA] = metadata.Handler(state)
+    handlers[ApiKey.DESCRIBE_TOPIC_PARTITIONS] = topic_partitions.DescribeTopicPartitions(state)
     handlers[ApiKey.PRODUCE] = produce.Handler(state)
     handlers[ApiKey.FETCH] = fetch.Handler(state)
     handlers[ApiKey.LIST_OFFSETS] = list_offsets.Handler(state)
@@ -104,6 +111,10 @@ def build_dispatcher(state: NodeState) -> Dispatcher:
     handlers[ApiKey.DESCRIBE_CLUSTER] = cluster.DescribeCluster(state)
     handlers[ApiKey.UNREGISTER_BROKER] = cluster.UnregisterBroker(state)
     handlers[ApiKey.DESCRIBE_LOG_DIRS] = cluster.DescribeLogDirs(state)
+    handlers[ApiKey.LIST_CONFIG_RESOURCES] = config_resources.ListConfigResources(state)
+    # Forwarded to the active controller (FORWARDED_APIS), which answers from its quorum
+    # driver with this same handler; answered here when this node is it, or none is reachable.
+    handlers[ApiKey.DESCRIBE_QUORUM] = DescribeQuorum(state.metadata)
     handlers[ApiKey.DELETE_RECORDS] = cluster.DeleteRecords(state)
     handlers[ApiKey.INIT_PRODUCER_ID] = InitProducerId(state)
     handlers[ApiKey.ELECT_LEADERS] = elections.ElectLeaders(state)

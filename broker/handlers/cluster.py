@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
@@ -124,14 +125,23 @@ class DeleteRecords:
         self._replicas = state.replicas
 
     async def __call__(self, context: RequestContext, request: Any) -> ResponseBody:
+        """Each leader's log start moves at once; the answer comes once every live replica's
+        has followed (Kafka's DelayedDeleteRecords), or at the request's timeout with
+        REQUEST_TIMED_OUT, so a leader lost right after never brings the records back."""
         schema = response_module(ApiKey.DELETE_RECORDS, context.header.api_version)
+        timeout = max(request.timeout.total_seconds(), 0.0)
+        waits = []
+        for topic in request.topics:
+            for wanted in topic.partitions:
+                index = wanted.partition_index
+                error, start = self._replicas.delete_records(topic.name, index, wanted.offset)
+                waits.append(self._replicated(topic.name, index, error, start, timeout))
+        answers = iter(await asyncio.gather(*waits))
         topics = []
         for topic in request.topics:
             partitions = []
             for wanted in topic.partitions:
-                error, low_watermark = self._replicas.delete_records(
-                    topic.name, wanted.partition_index, wanted.offset
-                )
+                error, low_watermark = next(answers)
                 partitions.append(
                     build(
                         schema.DeleteRecordsPartitionResult,
@@ -149,6 +159,13 @@ class DeleteRecords:
             schema.DeleteRecordsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics)
         )
         return response
+
+    async def _replicated(
+        self, topic: str, index: int, error: ErrorCode, start: int, timeout: float
+    ) -> tuple[ErrorCode, int]:
+        if error != ErrorCode.none:
+            return error, -1
+        return await self._replicas.wait_for_low_watermark(topic, index, start, timeout)
 
 
 class UnregisterBroker:

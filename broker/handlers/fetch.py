@@ -17,7 +17,11 @@ reads up to the log end rather than the high watermark, only from a broker that 
 partition's replicas, and its fetch offset tells the leader how far the follower has come
 (which moves the high watermark). Its LastFetchedEpoch is checked against the leader's epochs,
 and a follower whose log parted is told where (DivergingEpoch). Only a registered broker of
-this cluster may fetch as a replica.
+this cluster may fetch as a replica, and only with its current broker epoch (ReplicaEpoch,
+KIP-903): any other replica fetch, one below v15 (which has no epoch) included, is answered
+NOT_LEADER_OR_FOLLOWER for every partition (`ReplicaManager.replica_fetch_error`). The
+listener it comes on is not checked: Kafka authorizes replica fetches with ClusterAction, not
+by listener, and without an authorizer allows them on any.
 """
 
 from __future__ import annotations
@@ -60,9 +64,12 @@ class Handler:
             if name is not None
             for p in t.partitions
         ]
-        replica_id = _replica_id(request, version)
-        if replica_id >= 0 and replica_id not in self._state.metadata.image.brokers:
-            return _refused(request, names, ErrorCode.not_leader_or_follower)
+        replica_id, replica_epoch = _replica(request, version)
+        if replica_id >= 0:
+            # A broker's fetch only with that broker's current epoch (`replica_fetch_error`).
+            refused = self._replicas.replica_fetch_error(replica_id, replica_epoch)
+            if refused is not None:
+                return _refused(request, names, refused)
         while True:
             reads, total, errors = self._read(request, names, replica_id)
             remaining = deadline - loop.time()
@@ -132,6 +139,7 @@ class Handler:
                         min_one_batch=total == 0,
                         current_leader_epoch=getattr(wanted, "current_leader_epoch", -1),
                         last_fetched_epoch=getattr(wanted, "last_fetched_epoch", -1),
+                        log_start_offset=getattr(wanted, "log_start_offset", -1),
                     )
                 else:
                     result = self._replicas.read(
@@ -153,17 +161,20 @@ class Handler:
         return reads, total, errors
 
 
-def _replica_id(request: Any, version: int) -> int:
-    """Who fetches: a broker's id for a follower, -1 (or less) for a consumer."""
+def _replica(request: Any, version: int) -> tuple[int, int]:
+    """Who fetches, as (replica id, replica epoch): a broker's id for a follower, -1 (or less)
+    for a consumer; the epoch is -1 (unknown) before v15, which has no ReplicaState."""
     if version >= FIRST_REPLICA_STATE_VERSION:
         state = getattr(request, "replica_state", None)
-        return -1 if state is None else int(state.replica_id)
-    return int(getattr(request, "replica_id", -1))
+        if state is None:
+            return -1, -1
+        return int(state.replica_id), int(state.replica_epoch)
+    return int(getattr(request, "replica_id", -1)), -1
 
 
 def _refused(request: Any, names: list[str | None], error: ErrorCode) -> FetchResponse:
-    """Every partition answered `error` (a replica fetch from a broker this cluster does not
-    know)."""
+    """Every partition answered `error` (a replica fetch that is not the broker's), but a topic
+    id this node does not know, answered UNKNOWN_TOPIC_ID as Kafka does before its checks."""
     refused = FetchResult(error)
     return FetchResponse(
         throttle_time_ms=0,
@@ -172,7 +183,10 @@ def _refused(request: Any, names: list[str | None], error: ErrorCode) -> FetchRe
         responses=tuple(
             FetchTopic(
                 name or "",
-                tuple(_partition(wanted, refused) for wanted in topic.partitions),
+                tuple(
+                    _partition(wanted, refused if name is not None else _UNKNOWN_TOPIC_ID)
+                    for wanted in topic.partitions
+                ),
                 getattr(topic, "topic_id", None) or uuid.UUID(int=0),
             )
             for topic, name in zip(request.topics, names, strict=True)

@@ -6,6 +6,10 @@ Each special timestamp exists from the version that introduced it, and an older 
 it is answered UNSUPPORTED_VERSION for that partition, as Kafka's ReplicaManager does. Without
 tiered storage -4 is the log start offset and -5/-6 are -1 (`broker.replica`). v10's TimeoutMs
 bounds Kafka's wait for remote storage; there is none to wait for here.
+
+A new leader whose high watermark has not caught up answers OFFSET_NOT_AVAILABLE where the
+answer depends on it (`ReplicaManager.list_offset`); before v5, which does not know that error,
+LEADER_NOT_AVAILABLE, as Kafka's ReplicaManager.fetchOffset says it. Both are retriable.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ FIRST_VERSION_OF: dict[int, int] = {
     EARLIEST_PENDING_UPLOAD_TIMESTAMP: 11,  # KIP-1023
 }
 """Special (negative) timestamps → the first ListOffsets version that may name them."""
+FIRST_OFFSET_NOT_AVAILABLE_VERSION = 5
 
 
 def _supported(timestamp: int, version: int) -> bool:
@@ -63,6 +68,11 @@ class Handler:
                     )
                 else:
                     result = OffsetResult(ErrorCode.unsupported_version)
+                if (
+                    result.error == ErrorCode.offset_not_available
+                    and version < FIRST_OFFSET_NOT_AVAILABLE_VERSION
+                ):
+                    result = OffsetResult(ErrorCode.leader_not_available)
                 partitions.append(
                     build(
                         schema.ListOffsetsPartitionResponse,

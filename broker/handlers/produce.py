@@ -143,14 +143,16 @@ class Handler:
             return _Outcome(data.index, *refused)
         result = await self._replicas.append_offloaded(name, data.index, data.records, acks)
         outcome = _Outcome(data.index, result.error, result.message, result.info, topic=name)
-        # Per-record errors exist from v8 (KIP-467); older clients get the code.
-        if result.batch_index is not None and version >= 8:
-            outcome.record_errors = (
+        # Per-record errors exist from v8 (KIP-467): every invalid record of the batch, so
+        # that a client fails those and not the others; older clients get the code.
+        if result.record_errors and version >= 8:
+            outcome.record_errors = tuple(
                 build(
                     schema.BatchIndexAndErrorMessage,
-                    batch_index=result.batch_index,
-                    batch_index_error_message=result.message,
-                ),
+                    batch_index=batch_index,
+                    batch_index_error_message=message,
+                )
+                for batch_index, message in result.record_errors
             )
         return outcome
 

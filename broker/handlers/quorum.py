@@ -3,9 +3,10 @@ BeginQuorumEpoch, EndQuorumEpoch, Fetch and FetchSnapshot of `__cluster_metadata
 DescribeQuorum, which `kafka-metadata-quorum` sends, and the brokers' BrokerRegistration and
 BrokerHeartbeat.
 
-Client listeners have no handler for any of these, so they are neither advertised nor served
-there: a client that sends one anyway has its connection closed, as for any API a listener
-does not serve.
+Client listeners have no handler for any of these but DescribeQuorum, which they forward to
+the active controller as Kafka 4's brokers do (`kafka-metadata-quorum --bootstrap-server`); the
+others are neither advertised nor served there: a client that sends one anyway has its
+connection closed, as for any API a listener does not serve.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ class DescribeQuorum:
         )
         names = self._metadata.config.controller_listener_names
         listener = names[0] if names else "CONTROLLER"
-        nodes = tuple(
+        nodes = tuple(  # v2+ (KIP-853); v0 and v1 have no Node
             build(
                 schema.Node,
                 node_id=voter,
@@ -120,6 +121,7 @@ class DescribeQuorum:
                 ),
             )
             for voter, (host, port) in sorted(driver.voters.items())
+            if hasattr(schema, "Node")
         )
         topic = build(schema.TopicData, topic_name=METADATA_TOPIC, partitions=(partition,))
         response: ResponseBody = build(
@@ -150,6 +152,8 @@ class BrokerRegistration:
                 for lst in request.listeners
             ),
             rack=request.rack,
+            log_dirs=tuple(getattr(request, "log_dirs", ())),
+            previous_broker_epoch=getattr(request, "previous_broker_epoch", -1),
         )
         try:
             answer = await self._metadata.register(registration)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from broker.protocol.errors import ErrorCode
 
-from .elections import elect_returning, move_off, no_unclean
+from .elections import elect_returning, move_off, no_unclean, one_min_isr
 from .image import MetadataImage
 from .records import (
     FENCE,
@@ -56,6 +56,12 @@ class Registration:
     cluster_id: str
     listeners: tuple[BrokerEndpoint, ...]
     rack: str | None = None
+    log_dirs: tuple[uuid.UUID, ...] = ()
+    """The directory ids of the broker's online log dirs (KIP-858)."""
+    previous_broker_epoch: int = -1
+    """The epoch the broker had when it last shut down cleanly (KIP-966), -1 if it did not:
+    a broker that crashed, or lost the disk its clean-shutdown marker was on, may have lost
+    records, and leaves every ISR and ELR."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +140,7 @@ def register(
     next_offset: int,
     now_ms: int,
     unclean: Callable[[str], bool] = no_unclean,
+    min_isr: Callable[[str], int] = one_min_isr,
 ) -> tuple[list[MetadataRecord], RegistrationAnswer]:
     """Register a broker, fenced until it has caught up with the metadata log. Its epoch is
     the offset of its registration record (`next_offset` is where the records go). The same
@@ -159,10 +166,16 @@ def register(
     if "metadata.version" not in image.features:
         records.append(FeatureLevelRecord("metadata.version", METADATA_VERSION))
     previous = image.brokers.get(request.broker_id)
+    leaving: set[int] = set()
     if previous is not None and not previous.fenced:
         # A new process under a live registration's id (the old one died unnoticed): the old
         # one's leaderships and ISR places go first, as if it had been fenced.
-        records.extend(move_off(image, {request.broker_id}, unclean))
+        leaving.add(request.broker_id)
+    lost: frozenset[int] = frozenset()
+    if registered is not None and _may_have_lost_records(registered, request):
+        lost = frozenset({request.broker_id})
+    if leaving or lost:
+        records.extend(move_off(image, leaving, unclean, min_isr, lost=lost))
     epoch = next_offset + len(records)
     records.append(
         RegisterBrokerRecord(
@@ -172,11 +185,21 @@ def register(
             end_points=request.listeners,
             rack=request.rack,
             fenced=True,
+            log_dirs=request.log_dirs,
         )
     )
     sessions.touch(request.broker_id, now_ms)
     sessions.shutdown_offsets.pop(request.broker_id, None)
     return records, RegistrationAnswer(broker_epoch=epoch)
+
+
+def _may_have_lost_records(previous: RegisterBrokerRecord, request: Registration) -> bool:
+    """KIP-966's unclean shutdown, and KIP-858's lost directory: the broker did not shut down
+    cleanly as the registration it replaces (its clean-shutdown marker names another epoch,
+    or none), or a log dir it had is gone (a new disk has a new directory id)."""
+    if request.previous_broker_epoch != previous.broker_epoch:
+        return True
+    return bool(previous.log_dirs) and not set(previous.log_dirs) <= set(request.log_dirs)
 
 
 def heartbeat(
@@ -187,6 +210,7 @@ def heartbeat(
     now_ms: int,
     unclean: Callable[[str], bool] = no_unclean,
     next_offset: int = -1,
+    min_isr: Callable[[str], int] = one_min_isr,
 ) -> tuple[list[MetadataRecord], HeartbeatAnswer]:
     """A broker's heartbeat keeps its session; it is unfenced once it has applied the log up
     to its own registration (and elected where it is the only in-sync replica left), fenced
@@ -209,7 +233,7 @@ def heartbeat(
                     broker.broker_id, broker.epoch, fenced=FENCE, in_controlled_shutdown=1
                 )
             )
-            records.extend(move_off(image, {broker.broker_id}, unclean))
+            records.extend(move_off(image, {broker.broker_id}, unclean, min_isr))
             sessions.shutdown_offsets[broker.broker_id] = next_offset + len(records) - 1
         # A controller that became active since knows only that it is all committed.
         shutdown_offset = sessions.shutdown_offsets.setdefault(broker.broker_id, image.offset)
@@ -222,11 +246,11 @@ def heartbeat(
     if request.want_fence:
         if not broker.fenced:
             records.append(FenceBrokerRecord(broker.broker_id, broker.epoch))
-            records.extend(move_off(image, {broker.broker_id}, unclean))
+            records.extend(move_off(image, {broker.broker_id}, unclean, min_isr))
         fenced = True
     elif broker.fenced and caught_up and not broker.in_controlled_shutdown:
         records.append(UnfenceBrokerRecord(broker.broker_id, broker.epoch))
-        records.extend(elect_returning(image, broker.broker_id, unclean))
+        records.extend(elect_returning(image, broker.broker_id, unclean, min_isr))
         fenced = False
     return records, HeartbeatAnswer(is_caught_up=caught_up, is_fenced=fenced)
 
@@ -236,6 +260,7 @@ def unregister(
     sessions: BrokerSessions,
     broker_id: int,
     unclean: Callable[[str], bool] = no_unclean,
+    min_isr: Callable[[str], int] = one_min_isr,
 ) -> tuple[list[MetadataRecord], ErrorCode, str | None]:
     """An operator removes a broker from the cluster for good (UnregisterBroker, KIP-631;
     what a scale-down does once the broker is gone): its leaderships and ISR places go as if
@@ -248,7 +273,7 @@ def unregister(
             ErrorCode.broker_id_not_registered,
             (f"Broker ID {broker_id} is not currently registered"),
         )
-    records: list[MetadataRecord] = list(move_off(image, {broker_id}, unclean))
+    records: list[MetadataRecord] = list(move_off(image, {broker_id}, unclean, min_isr))
     records.append(UnregisterBrokerRecord(broker_id, broker.epoch))
     sessions.end(broker_id)
     sessions.shutdown_offsets.pop(broker_id, None)
@@ -256,7 +281,10 @@ def unregister(
 
 
 def fence(
-    image: MetadataImage, broker_ids: list[int], unclean: Callable[[str], bool] = no_unclean
+    image: MetadataImage,
+    broker_ids: list[int],
+    unclean: Callable[[str], bool] = no_unclean,
+    min_isr: Callable[[str], int] = one_min_isr,
 ) -> list[MetadataRecord]:
     """Fence brokers whose sessions expired; their leaderships and ISR places go."""
     fencing = [
@@ -268,5 +296,5 @@ def fence(
         FenceBrokerRecord(broker_id, image.brokers[broker_id].epoch) for broker_id in fencing
     ]
     if fencing:
-        records.extend(move_off(image, set(fencing), unclean))
+        records.extend(move_off(image, set(fencing), unclean, min_isr))
     return records

@@ -12,18 +12,23 @@ Pure: the image in, PartitionChangeRecords out. A broker that leaves (its sessio
 asked to shut down, or a new process registered under its id) leads nothing afterwards and is
 out of every ISR: each partition it led gets the first of its replicas, in assignment order,
 that is in the remaining ISR and on a usable broker (registered, unfenced, not shutting down).
-Only ISR members are elected, unless the topic's `unclean.leader.election.enable` allows
-another live replica (`unclean`, resolved by the caller): when none is usable the partition has
-no leader (-1). The last member of an ISR is never removed, as in Kafka: it is the one replica
-known to hold every committed record, and it becomes the leader again when its broker returns
-(`elect_returning`).
+Eligible leader replicas (KIP-966, Kafka 4.1's default): a replica that leaves an ISR that is
+then below the topic's `min.insync.replicas` (`min_isr`, resolved by the caller) joins the
+partition's ELR, because the high watermark cannot move while the ISR is that small, so it
+holds every committed record; the ISR may become empty. A leader comes from the ISR; with the
+ISR empty, from the ELR (the new ISR is then that replica alone); with both empty, the last
+leader when it returns (Kafka's balanced recovery: it held everything when it left, unless it
+lost it since); else, where the topic's `unclean.leader.election.enable` allows it (`unclean`)
+or an operator asks (ElectLeaders UNCLEAN), any live replica, which may lose records. A broker
+that comes back from an unclean shutdown, or without a log dir it had (a replaced disk), may
+have lost what it had: it leaves every ISR and ELR (`register`).
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from broker.protocol.errors import ErrorCode
 
@@ -46,6 +51,7 @@ __all__ = [
     "imbalanced",
     "move_off",
     "no_unclean",
+    "one_min_isr",
     "rebalance",
 ]
 
@@ -64,46 +70,137 @@ def no_unclean(_topic: str) -> bool:
     return False
 
 
+def one_min_isr(_topic: str) -> int:
+    """The default `min_isr` rule: Kafka's default `min.insync.replicas`, 1."""
+    return 1
+
+
+def _next_elr(
+    state: PartitionState,
+    target_isr: tuple[int, ...],
+    replicas: tuple[int, ...],
+    min_isr: int,
+    lost: frozenset[int] = frozenset(),
+) -> tuple[int, ...]:
+    """The ELR once the ISR is `target_isr` (Kafka's maybePopulateTargetElr): empty while the
+    ISR has `min.insync.replicas` members (or every replica, if there are fewer); else the
+    earlier ELR and ISR members that leave it, but those `lost`."""
+    if len(target_isr) >= min(min_isr, len(replicas)):
+        return ()
+    held = set(state.elr) | set(state.isr)
+    return tuple(r for r in replicas if r in held and r not in target_isr and r not in lost)
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    isr: tuple[int, ...]
+    leader: int
+    elr: tuple[int, ...]
+    last_known_elr: tuple[int, ...]
+
+
+def _decide(
+    state: PartitionState,
+    target_isr: tuple[int, ...],
+    usable: set[int],
+    min_isr: int,
+    *,
+    allow_unclean: bool,
+    lost: frozenset[int] = frozenset(),
+) -> _Outcome:
+    """A partition whose ISR becomes `target_isr`: its ELR, then its leader, as Kafka's
+    PartitionChangeBuilder decides them. `usable`: brokers that may lead (registered,
+    unfenced, not shutting down, not leaving); `lost`: replicas that may have lost records
+    (an unclean shutdown, a replaced disk), kept out of the ELR."""
+    elr = _next_elr(state, target_isr, state.replicas, min_isr, lost)
+    isr, leader, unclean = target_isr, NO_LEADER, False
+
+    def valid(replica: int) -> bool:
+        eligible = replica in isr or (not isr and replica in elr)
+        return eligible and replica in usable
+
+    if state.leader != NO_LEADER and valid(state.leader):
+        leader = state.leader
+    else:
+        leader = next((r for r in state.replicas if valid(r)), NO_LEADER)
+        if leader == NO_LEADER and not isr and not elr:
+            last = state.last_known_elr
+            if len(last) == 1 and last[0] in usable:
+                leader, unclean = last[0], True  # balanced recovery: the last leader
+        if leader == NO_LEADER and allow_unclean:
+            leader = next((r for r in state.replicas if r in usable), NO_LEADER)
+            unclean = leader != NO_LEADER
+    if unclean:
+        return _Outcome((leader,), leader, (), ())
+    if leader != NO_LEADER and leader not in isr:  # from the ELR
+        isr, elr = (leader,), tuple(r for r in elr if r != leader)
+    last_known = state.last_known_elr
+    if not isr and leader == NO_LEADER:
+        if state.isr and state.leader != NO_LEADER:
+            last_known = (state.leader,)  # the first time it is left without a leader
+    elif leader != NO_LEADER:
+        last_known = ()
+    return _Outcome(isr, leader, elr, last_known)
+
+
 def move_off(
-    image: MetadataImage, leaving: set[int], unclean: Callable[[str], bool] = no_unclean
+    image: MetadataImage,
+    leaving: set[int],
+    unclean: Callable[[str], bool] = no_unclean,
+    min_isr: Callable[[str], int] = one_min_isr,
+    *,
+    lost: frozenset[int] = frozenset(),
 ) -> list[PartitionChangeRecord]:
     """The records that take the brokers `leaving` out of every ISR and give the partitions
-    they led another leader: an in-sync replica, or, where `unclean(topic)` allows it
-    (`unclean.leader.election.enable`) and none is left, any live replica, the ISR cut to it;
-    else none."""
+    they led another leader (`_decide`: the ISR, the ELR, the last leader, or, where
+    `unclean(topic)` allows it, any live replica); and the replicas `lost` (a broker back from
+    an unclean shutdown or with a replaced disk) out of every ISR and ELR."""
     usable = image.usable_broker_ids() - leaving
+    gone = leaving | lost
     records = []
     for topic in sorted(image.topics.values(), key=lambda t: t.name):
         for index, state in sorted(topic.partitions.items()):
-            if state.leader not in leaving and leaving.isdisjoint(state.isr):
+            touched = state.leader in leaving or not gone.isdisjoint(state.isr)
+            if not touched and lost.isdisjoint(state.elr):
                 continue
-            isr = tuple(r for r in state.isr if r not in leaving)
-            if not isr:
-                isr = state.isr[-1:]  # the last one stays, leaderless
-            leader = state.leader
-            if leader in leaving or leader == NO_LEADER:
-                leader = _first_usable(state, isr, usable)
-                if leader == NO_LEADER and unclean(topic.name):
-                    leader = next((r for r in state.replicas if r in usable), NO_LEADER)
-                    isr = isr if leader == NO_LEADER else (leader,)
-            records.append(_change(topic.topic_id, index, state, isr, leader))
+            isr = tuple(r for r in state.isr if r not in gone)
+            outcome = _decide(
+                state,
+                isr,
+                usable,
+                min_isr(topic.name),
+                allow_unclean=unclean(topic.name),
+                lost=lost,
+            )
+            record = _record(topic.topic_id, index, state, outcome)
+            if record is not None:
+                records.append(record)
     return records
 
 
 def elect_returning(
-    image: MetadataImage, broker_id: int, unclean: Callable[[str], bool] = no_unclean
+    image: MetadataImage,
+    broker_id: int,
+    unclean: Callable[[str], bool] = no_unclean,
+    min_isr: Callable[[str], int] = one_min_isr,
 ) -> list[PartitionChangeRecord]:
-    """A broker is usable again (unfenced): partitions left without a leader whose ISR has it
-    get it as their leader; so do those of topics `unclean` allows, whatever their ISR."""
+    """A broker is usable again (unfenced): partitions left without a leader that it may
+    lead get it (in their ISR or, the ISR empty, their ELR; or their last leader; or, where
+    `unclean` allows it, any live replica)."""
+    usable = image.usable_broker_ids() | {broker_id}
     records = []
     for topic in sorted(image.topics.values(), key=lambda t: t.name):
         for index, state in sorted(topic.partitions.items()):
             if state.leader != NO_LEADER or broker_id not in state.replicas:
                 continue
-            if broker_id in state.isr:
-                records.append(_change(topic.topic_id, index, state, state.isr, broker_id))
-            elif unclean(topic.name):
-                records.append(_change(topic.topic_id, index, state, (broker_id,), broker_id))
+            outcome = _decide(
+                state, state.isr, usable, min_isr(topic.name), allow_unclean=unclean(topic.name)
+            )
+            if outcome.leader == NO_LEADER:
+                continue
+            record = _record(topic.topic_id, index, state, outcome)
+            if record is not None:
+                records.append(record)
     return records
 
 
@@ -121,18 +218,26 @@ def elect_unclean(
     return records
 
 
-def _first_usable(state: PartitionState, isr: tuple[int, ...], usable: set[int]) -> int:
-    return next((r for r in state.replicas if r in isr and r in usable), NO_LEADER)
-
-
-def _change(
-    topic_id: uuid.UUID, index: int, state: PartitionState, isr: tuple[int, ...], leader: int
-) -> PartitionChangeRecord:
+def _record(
+    topic_id: uuid.UUID, index: int, state: PartitionState, outcome: _Outcome
+) -> PartitionChangeRecord | None:
+    """The change from `state` to `outcome`, naming only what changes; None if nothing does."""
+    if (outcome.isr, outcome.leader, outcome.elr, outcome.last_known_elr) == (
+        state.isr,
+        state.leader,
+        state.elr,
+        state.last_known_elr,
+    ):
+        return None
     return PartitionChangeRecord(
         partition_id=index,
         topic_id=topic_id,
-        isr=None if isr == state.isr else isr,
-        leader=_UNCHANGED if leader == state.leader else leader,
+        isr=None if outcome.isr == state.isr else outcome.isr,
+        leader=_UNCHANGED if outcome.leader == state.leader else outcome.leader,
+        eligible_leader_replicas=None if outcome.elr == state.elr else outcome.elr,
+        last_known_elr=(
+            None if outcome.last_known_elr == state.last_known_elr else outcome.last_known_elr
+        ),
     )
 
 
@@ -159,7 +264,11 @@ class IsrAnswer:
 
 
 def alter_isr(
-    image: MetadataImage, broker_id: int, broker_epoch: int, changes: list[IsrChange]
+    image: MetadataImage,
+    broker_id: int,
+    broker_epoch: int,
+    changes: list[IsrChange],
+    min_isr: Callable[[str], int] = one_min_isr,
 ) -> tuple[list[PartitionChangeRecord], ErrorCode, list[IsrAnswer]]:
     """Kafka's checks of an AlterPartition, in its order: the sender is registered with that
     epoch (STALE_BROKER_EPOCH), the partition exists, the sender leads it in that leader epoch
@@ -191,6 +300,12 @@ def alter_isr(
             answers.append(_answer(ErrorCode.none, state))
             continue
         record = complete_if_done(image, change.topic_id, change.partition, state, isr)
+        replicas = state.replicas if record.replicas is None else record.replicas
+        elr = _next_elr(
+            state, isr if record.isr is None else record.isr, replicas, min_isr(topic.name)
+        )
+        if elr != state.elr:  # a shrink below min.insync.replicas, or back above it
+            record = replace(record, eligible_leader_replicas=elr)
         records.append(record)
         if record.leader != _UNCHANGED:
             # The ISR completed a reassignment that took the leader off the partition: the
@@ -277,9 +392,11 @@ def elect_leaders(
                     )
                 )
                 continue
-            error, message, change = _elect(state, election_type, usable)
-            if change is not None:
-                records.append(_change(topic.topic_id, index, state, *change))
+            error, message, outcome = _elect(state, election_type, usable)
+            if outcome is not None:
+                record = _record(topic.topic_id, index, state, outcome)
+                if record is not None:
+                    records.append(record)
             if not (every and error == ErrorCode.election_not_needed):
                 results.append(ElectionResult(name, index, error, message))
     return records, results
@@ -287,8 +404,8 @@ def elect_leaders(
 
 def _elect(
     state: PartitionState, election_type: int, usable: set[int]
-) -> tuple[ErrorCode, str | None, tuple[tuple[int, ...], int] | None]:
-    """(error, message, (isr, leader) to change to or None) for one partition."""
+) -> tuple[ErrorCode, str | None, _Outcome | None]:
+    """(error, message, what the partition becomes, or None) for one partition."""
     if election_type == PREFERRED:
         preferred = state.replicas[0] if state.replicas else NO_LEADER
         if state.leader == preferred:
@@ -299,17 +416,15 @@ def _elect(
         if preferred not in usable:
             why = f"the preferred replica {preferred} is not a live broker"
             return ErrorCode.preferred_leader_not_available, why, None
-        return ErrorCode.none, None, (state.isr, preferred)
+        return ErrorCode.none, None, _Outcome(state.isr, preferred, state.elr, ())
     if state.leader != NO_LEADER:
         return ErrorCode.election_not_needed, None, None
-    clean = _first_usable(state, state.isr, usable)
-    if clean != NO_LEADER:
-        return ErrorCode.none, None, (state.isr, clean)
-    unclean = next((r for r in state.replicas if r in usable), NO_LEADER)
-    if unclean == NO_LEADER:
+    # The operator's choice: the ISR's, the ELR's, the last leader, else any live replica.
+    outcome = _decide(state, state.isr, usable, len(state.replicas), allow_unclean=True)
+    if outcome.leader == NO_LEADER:
         why = f"none of the replicas {list(state.replicas)} is a live broker"
         return ErrorCode.eligible_leaders_not_available, why, None
-    return ErrorCode.none, None, ((unclean,), unclean)
+    return ErrorCode.none, None, outcome
 
 
 def imbalanced(image: MetadataImage) -> list[tuple[str, list[int]]]:

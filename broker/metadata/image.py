@@ -94,6 +94,13 @@ class PartitionState:
     """Replicas a reassignment adds: they catch up before the `removing` ones go (KIP-455)."""
     removing: tuple[int, ...] = ()
     """Replicas a reassignment removes once every replica of its target is in the ISR."""
+    elr: tuple[int, ...] = ()
+    """Eligible leader replicas (KIP-966): out of the ISR, yet known to hold every committed
+    record, because they left it while it was below `min.insync.replicas` and the high
+    watermark cannot move then. With the ISR empty, one of them may lead."""
+    last_known_elr: tuple[int, ...] = ()
+    """The last leader, once the ISR and ELR are both empty: Kafka's balanced recovery
+    elects it when it returns, rather than leaving the partition without a leader."""
 
     @property
     def reassigning(self) -> bool:
@@ -192,6 +199,8 @@ class MetadataImage:
                         partition_epoch=p.partition_epoch,
                         removing_replicas=p.removing,
                         adding_replicas=p.adding,
+                        eligible_leader_replicas=p.elr or None,
+                        last_known_elr=p.last_known_elr or None,
                     )
                 )
         for (resource_type, resource_name), entries in sorted(self.configs.items()):
@@ -250,6 +259,8 @@ class MetadataImage:
                 partition_epoch=record.partition_epoch,
                 adding=record.adding_replicas,
                 removing=record.removing_replicas,
+                elr=record.eligible_leader_replicas or (),
+                last_known_elr=record.last_known_elr or (),
             )
             topic.partitions[record.partition_id] = state
             return PartitionChanged(topic, record.partition_id, state)
@@ -267,6 +278,14 @@ class MetadataImage:
                 adding=old.adding if record.adding_replicas is None else record.adding_replicas,
                 removing=(
                     old.removing if record.removing_replicas is None else record.removing_replicas
+                ),
+                elr=(
+                    old.elr
+                    if record.eligible_leader_replicas is None
+                    else record.eligible_leader_replicas
+                ),
+                last_known_elr=(
+                    old.last_known_elr if record.last_known_elr is None else record.last_known_elr
                 ),
             )
             topic.partitions[record.partition_id] = state

@@ -90,6 +90,8 @@ class ApiKey(enum.IntEnum):
     BROKER_HEARTBEAT = 63
     UNREGISTER_BROKER = 64
     ALLOCATE_PRODUCER_IDS = 67
+    LIST_CONFIG_RESOURCES = 74
+    DESCRIBE_TOPIC_PARTITIONS = 75
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +147,10 @@ SUPPORTED: Mapping[ApiKey, VersionRange] = _table(
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
         ApiKey.DESCRIBE_CLUSTER: (0, 2),
         ApiKey.UNREGISTER_BROKER: (0, 0),
-        # The metadata quorum's and the brokers' own, served on the controller listener only.
+        ApiKey.LIST_CONFIG_RESOURCES: (0, 1),
+        ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),
+        # The metadata quorum's and the brokers' own, served on the controller listener only;
+        # DescribeQuorum on the client listeners too, forwarded as Kafka 4's brokers do.
         ApiKey.VOTE: (0, 2),
         ApiKey.BEGIN_QUORUM_EPOCH: (0, 1),
         ApiKey.END_QUORUM_EPOCH: (0, 1),

@@ -1,7 +1,7 @@
 """The metadata quorum on a real clock, disk and network: the Raft core's driver, the metadata
 log's files in Kafka's layout, and the core's messages as Kafka's quorum requests."""
 
-from .driver import NotController, QuorumDriver, QuorumStatus, StateMachine
+from .driver import NotController, QuorumDriver, QuorumStatus, StateMachine, StateMachineFault
 from .store import METADATA_TOPIC, QuorumStore
 
 __all__ = [
@@ -11,4 +11,5 @@ __all__ = [
     "QuorumStatus",
     "QuorumStore",
     "StateMachine",
+    "StateMachineFault",
 ]

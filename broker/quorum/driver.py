@@ -13,6 +13,19 @@ core addresses to that peer (a fetch the leader has nothing for yet waits up to 
 fetch wait). The core's own requests go out through `PeerConnection`s, and their responses
 come back as messages through the same queue.
 
+Nothing leaves this node before the election state it depends on is on disk (etcd's rule:
+persist the HardState, then send). The core's messages go out after their `Ready`'s disk work;
+BeginQuorumEpoch and EndQuorumEpoch, which the core does not answer, are answered once the
+`Ready` their step caused is carried out; and every answer states the election state on disk
+(`_durable`), never one the core holds only in memory. A voter that acknowledged a leader or
+granted a vote and then crashed comes back knowing it did.
+
+A state machine that cannot apply a committed entry raises `StateMachineFault`: its state no
+longer follows the log, so this node must not decide, vote or serve from it. The driver then
+resigns leadership, if held (EndQuorumEpoch, so another voter leads at once), stops taking part
+and tells `on_fault`; the node's policy decides what follows (a voter exits, as Kafka's
+controllers do).
+
 Snapshots are the driver's policy: once `metadata.log.max.record.bytes.between.snapshots`
 bytes of records have been applied since the last one, the state machine writes its state as
 of the last applied entry, the store writes it as a `.checkpoint`, and the core drops the log
@@ -35,6 +48,7 @@ from broker.protocol import ErrorCode, MalformedInput, RequestBody, ResponseBody
 from broker.raft import (
     BeginQuorumEpoch,
     BeginQuorumEpochReply,
+    ElectionState,
     Fetch,
     FetchReply,
     FetchSnapshot,
@@ -56,7 +70,7 @@ from .batches import read_snapshot, write_snapshot
 from .store import QuorumStore
 from .wire import error_of, message_from_request, reply_from_response, request_for, response_for
 
-__all__ = ["NotController", "QuorumDriver", "QuorumStatus", "StateMachine"]
+__all__ = ["NotController", "QuorumDriver", "QuorumStatus", "StateMachine", "StateMachineFault"]
 
 log = logging.getLogger(__name__)
 
@@ -81,15 +95,22 @@ class NotController(Exception):
         self.leader = leader
 
 
+class StateMachineFault(Exception):
+    """The state machine could not apply a committed entry and must not go on: its state no
+    longer follows the log. The message names the entry."""
+
+
 class StateMachine(Protocol):
     """What the committed entries build (the metadata image), as the driver sees it."""
 
     def apply(self, offset: int, payload: bytes) -> None:
-        """Apply the committed entry at `offset`. Must not raise: a local failure to act on
-        an entry is the state machine's to report, never the commit's."""
+        """Apply the committed entry at `offset`. A local failure to act on an entry is the
+        state machine's to report, never the commit's; raises `StateMachineFault` only when
+        its state can no longer be trusted (the driver then resigns and stops)."""
 
     def load(self, payloads: Sequence[bytes], end_offset: int) -> None:
-        """Replace the whole state with a snapshot's (of the entries below `end_offset`)."""
+        """Replace the whole state with a snapshot's (of the entries below `end_offset`);
+        may raise `StateMachineFault` as `apply` does."""
 
     def snapshot(self) -> Iterable[bytes]:
         """The whole state as entries, as of the last entry applied."""
@@ -158,8 +179,13 @@ class QuorumDriver:
         self._proposals: collections.deque[_Proposal] = collections.deque()
         self._queued: set[asyncio.Future[int]] = set()
         """Proposals still in the queue, not yet handed to the core."""
-        self._after_ready: list[asyncio.Future[None]] = []
-        """Resolved once the Ready of the changes queued before them is carried out."""
+        self._after_ready: list[asyncio.Future[bool]] = []
+        """Resolved (True) once the Ready of the changes queued before them is carried out;
+        False if the task stops first."""
+        self._unpersisted: set[asyncio.Future[bool]] = set()
+        """Peer requests waiting for the Ready their step causes (see `_step_persisted`)."""
+        self._durable = ElectionState()
+        """The election state on disk: what every answer to a peer states."""
         self.applied = 0
         """Entries below this offset are applied to the state machine."""
         self._bytes_since_snapshot = 0
@@ -168,6 +194,9 @@ class QuorumDriver:
         self.failed: BaseException | None = None
         self.on_leadership: Callable[[bool], None] | None = None
         """Told when this node becomes (True) or stops being (False) the active controller."""
+        self.on_fault: Callable[[StateMachineFault], None] | None = None
+        """Told, once this node has resigned and stopped taking part, that the state machine
+        failed on a committed entry."""
         self._was_active = False
         self._stopping = False
         self._refused_by: set[int] = set()
@@ -180,6 +209,7 @@ class QuorumDriver:
         taking part in the quorum."""
         now = self._clock()
         persisted = await asyncio.to_thread(self._store.load, self._wall_clock())
+        self._durable = persisted.election
         if persisted.snapshot is not None:
             end = persisted.snapshot.id.end_offset
             self._machine.load(read_snapshot(persisted.snapshot.data), end)
@@ -214,7 +244,7 @@ class QuorumDriver:
         core = self._core_or_fail()
         if core.role is not Role.LEADER:
             return
-        resigned: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        resigned: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
 
         def resign_now(now: int) -> None:
             if core.role is Role.LEADER:
@@ -320,7 +350,8 @@ class QuorumDriver:
         if core.role is not Role.LEADER:
             voters[self.node_id] = (core.log.end_offset, -1)
         observers = {node: p for node, p in progress.items() if node not in self.voters}
-        return QuorumStatus(core.leader, core.epoch, core.high_watermark, voters, observers)
+        durable = self._durable
+        return QuorumStatus(durable.leader, durable.epoch, core.high_watermark, voters, observers)
 
     # -- requests from peers -------------------------------------------------------------
 
@@ -334,7 +365,7 @@ class QuorumDriver:
                 api_key,
                 version,
                 None,
-                epoch=0 if core is None else core.epoch,
+                epoch=self._durable.epoch,
                 leader=None,
                 error=ErrorCode.broker_not_available,
             )
@@ -351,14 +382,16 @@ class QuorumDriver:
                 api_key,
                 version,
                 None,
-                epoch=core.epoch,
-                leader=core.leader,
+                epoch=self._durable.epoch,
+                leader=self._durable.leader,
                 error=ErrorCode.inconsistent_cluster_id,
             )
         reply: Message | None = None
         reply_type = _REPLY_OF.get(type(message))
         if reply_type is None:
-            self._submit(lambda now: self._core_or_fail().step(message, now))
+            # BeginQuorumEpoch, EndQuorumEpoch: the answer is the state the request moved this
+            # node to, so it goes once that state is on disk.
+            persisted = await self._step_persisted(message)
         else:
             key = (message.sender, reply_type)
             previous = self._waiters.get(key)
@@ -375,26 +408,33 @@ class QuorumDriver:
             finally:
                 if self._waiters.get(key, (None, None))[1] is waiter:
                     del self._waiters[key]
-        error = (
-            ErrorCode.none
-            if reply is not None or reply_type is None
-            else ErrorCode.request_timed_out
-        )
-        core = self._core_or_fail()
-        if isinstance(message, BeginQuorumEpoch) and message.epoch < core.epoch:
+            persisted = reply is not None  # the core's replies go out after their Ready
+        durable = self._durable
+        if persisted:
+            error = ErrorCode.none
+        elif self._left:
+            error = ErrorCode.broker_not_available
+        else:
+            error = ErrorCode.request_timed_out
+        if isinstance(message, BeginQuorumEpoch) and message.epoch < durable.epoch:
             error = ErrorCode.fenced_leader_epoch  # as Kafka answers a leader of an old epoch
         return response_for(
             api_key,
             version,
             reply,
-            epoch=core.epoch,
-            leader=core.leader,
+            epoch=durable.epoch,
+            leader=durable.leader,
             error=error,
             now_ms=self._wall_clock(),
             voters=tuple(self.voters),
         )
 
     # -- the task that owns the core ---------------------------------------------------------
+
+    @property
+    def _left(self) -> bool:
+        """Whether this node has stopped taking part in the quorum, or is stopping."""
+        return self.failed is not None or self._stopping
 
     def _core_or_fail(self) -> RaftNode:
         if self._core is None:
@@ -404,6 +444,25 @@ class QuorumDriver:
     def _submit(self, change: Callable[[int], None]) -> None:
         self._inbox.append(change)
         self._wakeup.set()
+
+    async def _step_persisted(self, message: Message) -> bool:
+        """Step the core with a peer's `message` and wait until the `Ready` that follows is
+        carried out, so the election state it moved to is on disk. False if that did not
+        happen within the request timeout, or the quorum stopped first."""
+        persisted: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._unpersisted.add(persisted)
+
+        def step(now: int) -> None:
+            self._core_or_fail().step(message, now)
+            self._after_ready.append(persisted)
+
+        self._submit(step)
+        try:
+            return await asyncio.wait_for(persisted, self._timeouts.request_ms / 1000)
+        except TimeoutError:
+            return False
+        finally:
+            self._unpersisted.discard(persisted)
 
     async def _run(self) -> None:
         core = self._core_or_fail()
@@ -421,21 +480,48 @@ class QuorumDriver:
                 done, self._after_ready = self._after_ready, []
                 for future in done:
                     if not future.done():
-                        future.set_result(None)
+                        future.set_result(True)
+        except StateMachineFault as exc:
+            self.failed = exc
+            log.critical("node %d leaves the metadata quorum: %s", self.node_id, exc)
+            self._deactivate()  # nothing is decided from this state any more
+            await self._leave(core)
         except Exception as exc:
             # The disk failed under the metadata log: this node can no longer take part.
             log.exception("the metadata quorum stopped on node %d", self.node_id)
             self.failed = exc
         finally:
             self._inbox.clear()
+            for future in (*self._after_ready, *self._unpersisted):
+                if not future.done():
+                    future.set_result(False)
+            self._after_ready = []
             self._fail_proposals(NotController(None))
-            if self._active.is_set():
-                self._active.clear()
-                self._was_active = False
-                if self.on_leadership is not None:
-                    self.on_leadership(False)
+            self._deactivate()
+        if isinstance(self.failed, StateMachineFault) and self.on_fault is not None:
+            self.on_fault(self.failed)
 
-    async def _carry_out(self, core: RaftNode) -> None:
+    def _deactivate(self) -> None:
+        if self._active.is_set():
+            self._active.clear()
+            self._was_active = False
+            if self.on_leadership is not None:
+                self.on_leadership(False)
+
+    async def _leave(self, core: RaftNode) -> None:
+        """After a state machine fault: resign leadership, if held, and carry out what that
+        takes (persist, then tell the voters), applying nothing more; give the EndQuorumEpoch
+        requests a second to go out."""
+        core.resign(self._clock())
+        try:
+            await self._carry_out(core, apply=False)
+        except Exception:
+            log.exception("node %d could not resign after the fault", self.node_id)
+            return
+        if self._calls:
+            await asyncio.wait(list(self._calls), timeout=1.0)
+
+    async def _carry_out(self, core: RaftNode, *, apply: bool = True) -> None:
         while True:
             ready = core.ready()
             if not ready:
@@ -450,8 +536,10 @@ class QuorumDriver:
             ):
                 leader = core.leader if core.leader is not None else -1
                 await asyncio.to_thread(self._persist, ready, core.log, leader, self._wall_clock())
+                if ready.election is not None:
+                    self._durable = ready.election
             core.advance(now)
-            if ready.install is not None:
+            if ready.install is not None and apply:
                 snapshot = ready.install
                 self._machine.load(read_snapshot(snapshot.data), snapshot.id.end_offset)
                 self.applied = snapshot.id.end_offset
@@ -459,7 +547,7 @@ class QuorumDriver:
                 log.info("installed snapshot %s fetched from the leader", snapshot.id)
             for to, message in ready.messages:
                 self._send(to, message)
-            if ready.high_watermark is not None:
+            if ready.high_watermark is not None and apply:
                 self._apply(core, ready.high_watermark)
                 await self._maybe_snapshot(core)
 

@@ -57,13 +57,14 @@ _ERRORS: tuple[tuple[type[Exception], ErrorCode], ...] = (
     (RecordTooLarge, ErrorCode.message_too_large),
     (OutOfOrderSequence, ErrorCode.out_of_order_sequence_number),
     (InvalidProducerEpoch, ErrorCode.invalid_producer_epoch),
-    (InvalidTimestamp, ErrorCode.invalid_timestamp),
     (LogOffline, ErrorCode.kafka_storage_error),
     (StorageError, ErrorCode.kafka_storage_error),
 )
-"""What an append's refusal or failure answers (InvalidRecord and I/O errors have their own)."""
+"""What an append's refusal or failure answers (InvalidRecord, InvalidTimestamp and I/O errors
+have their own: the first two name their records)."""
 _REFUSALS: tuple[type[Exception], ...] = (
     InvalidRecord,
+    InvalidTimestamp,
     LogDirFailure,
     OSError,
     *(kind for kind, _ in _ERRORS),
@@ -243,7 +244,11 @@ class Appends(LeaderReplication):
     def _refusal(self, topic: str, index: int, exc: Exception) -> AppendResult:
         if isinstance(exc, InvalidRecord):
             return AppendResult(
-                ErrorCode.invalid_record, message=str(exc), batch_index=exc.batch_index
+                ErrorCode.invalid_record, message=str(exc), record_errors=exc.record_errors
+            )
+        if isinstance(exc, InvalidTimestamp):
+            return AppendResult(
+                ErrorCode.invalid_timestamp, message=str(exc), record_errors=exc.record_errors
             )
         if isinstance(exc, LogDirFailure | OSError):
             self.log_dir_failed(topic, index, exc)

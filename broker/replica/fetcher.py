@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 FETCH_VERSION = 17
 THROTTLE_BACKOFF_S = 0.1
 """How long a partition over the follower throttle is left out of the fetches."""
+CLOSE_TIMEOUT_S = 5.0
+"""How long `close` waits for the fetchers to stop (each closes its leader connection)."""
 _RETRIABLE = (
     ErrorCode.not_leader_or_follower,
     ErrorCode.fenced_leader_epoch,
@@ -75,6 +77,8 @@ class _Fetcher:
     task: asyncio.Task[None] | None = None
     held_until: dict[TopicPartition, float] = field(default_factory=dict)
     """Partitions a refusal holds back until then (monotonic seconds)."""
+    asked: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
+    """What the fetch under way asked for each partition: (fetch offset, leader epoch)."""
 
 
 class ReplicaFetchers:
@@ -91,6 +95,8 @@ class ReplicaFetchers:
         self._image = image
         self._fetchers: dict[int, _Fetcher] = {}
         self._closed = False
+        self._stopping: set[asyncio.Task[None]] = set()
+        """Fetchers of leaders no longer followed, until their tasks have ended."""
 
     def update(self) -> None:
         """Follow what the replica manager says this node follows now: a fetcher per leader,
@@ -105,6 +111,11 @@ class ReplicaFetchers:
                 del self._fetchers[leader]
                 if fetcher.task is not None:
                     fetcher.task.cancel()
+                    # Held until it has wound down (its connection closes): a task nothing
+                    # refers to may be collected mid-flight ("Task was destroyed but it is
+                    # pending").
+                    self._stopping.add(fetcher.task)
+                    fetcher.task.add_done_callback(self._stopping.discard)
         for leader, keys in wanted.items():
             following = self._fetchers.get(leader)
             if following is None:
@@ -134,10 +145,21 @@ class ReplicaFetchers:
     async def close(self) -> None:
         self._closed = True
         tasks = [f.task for f in self._fetchers.values() if f.task is not None]
+        tasks.extend(self._stopping)
         self._fetchers.clear()
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if not tasks:
+            return
+        # Bounded: a fetcher's connection that will not close (its leader stopped, SIGSTOP)
+        # must not hold up the node's shutdown.
+        _, stuck = await asyncio.wait(tasks, timeout=CLOSE_TIMEOUT_S)
+        if stuck:
+            log.warning(
+                "%d replica fetchers did not stop within %.0f s; going on without them",
+                len(stuck),
+                CLOSE_TIMEOUT_S,
+            )
 
     # -- one leader ---------------------------------------------------------------------------
 
@@ -227,6 +249,7 @@ class ReplicaFetchers:
         sent: dict[tuple[Any, int], Partition] = {}
         for key in [k for k in fetcher.held_until if k not in fetcher.partitions]:
             del fetcher.held_until[key]  # no longer followed from this leader
+        fetcher.asked.clear()
         for key in sorted(fetcher.partitions):
             if fetcher.held_until.get(key, 0.0) > now:
                 continue
@@ -258,12 +281,19 @@ class ReplicaFetchers:
                 )
             )
             sent[(topic.topic_id, key[1])] = found
+            fetcher.asked[key] = (log_.log_end_offset, found.leader_epoch)
         if not sent:
             return None
         body = build(
             request_type(ApiKey.FETCH, FETCH_VERSION),
             cluster_id=settings.cluster_id,
-            replica_state=build(schema.ReplicaState, replica_id=settings.node_id, replica_epoch=-1),
+            # KIP-903: this broker's epoch, as the leaders' images have its registration too
+            # (`ReplicaManager.replica_fetch_error` refuses any other).
+            replica_state=build(
+                schema.ReplicaState,
+                replica_id=settings.node_id,
+                replica_epoch=getattr(image.brokers.get(settings.node_id), "epoch", -1),
+            ),
             max_wait=datetime.timedelta(milliseconds=settings.wait_max_ms),
             min_bytes=settings.min_bytes,
             max_bytes=settings.response_max_bytes,
@@ -301,6 +331,12 @@ class ReplicaFetchers:
                     continue  # deleted, or failed with its disk, while the fetch was out
                 if partition.is_leader or partition.state.leader != fetcher.leader:
                     continue
+                if fetcher.asked.get(key) != (partition.log.log_end_offset, partition.leader_epoch):
+                    # Kafka's fetcher takes an answer only for the fetch state it asked from:
+                    # this log or its leader's epoch changed while the fetch was out (the node
+                    # led meanwhile, or followed another leader), so the answer may not follow
+                    # on from this log's end. The next fetch asks again.
+                    continue
                 self._take_partition(fetcher, partition, answer)
 
     def _take_partition(self, fetcher: _Fetcher, partition: Partition, answer: Any) -> None:
@@ -326,7 +362,9 @@ class ReplicaFetchers:
             return
         records = _whole_batches(bytes(answer.records or b""))
         self._replicas.follower_took(partition, len(records))
-        result = self._replicas.append_from_leader(partition, records, answer.high_watermark)
+        result = self._replicas.append_from_leader(
+            partition, records, answer.high_watermark, answer.log_start_offset
+        )
         if result.error != ErrorCode.none:
             log.error(
                 "cannot append %s-%d as a follower at offset %d: %s %s",
@@ -357,7 +395,7 @@ class ReplicaFetchers:
             log_.log_end_offset,
             target,
         )
-        log_.truncate_to(target)
+        self._replicas.truncate(partition, target)
 
     def _out_of_range(self, partition: Partition, answer: Any) -> None:
         """This log ends outside the leader's: before its start (the leader deleted what this
@@ -371,9 +409,9 @@ class ReplicaFetchers:
                 partition.index,
                 answer.log_start_offset,
             )
-            log_.truncate_fully_and_start_at(answer.log_start_offset, self._replicas.now_ms())
+            self._replicas.start_over(partition, answer.log_start_offset)
         elif 0 <= answer.high_watermark < log_.log_end_offset:
-            log_.truncate_to(answer.high_watermark)
+            self._replicas.truncate(partition, answer.high_watermark)
 
     def _hold(self, fetcher: _Fetcher, partition: Partition) -> None:
         key = (partition.topic, partition.index)

@@ -3,7 +3,8 @@
 What it owns: follower fetches on the leader (`read_for_follower`: the divergence check, the
 leader replication throttle), each follower's progress (`follower_fetched`), the ISR the leader
 wants (a follower that caught up joins; one that lags `replica.lag.time.max.ms` leaves:
-`check_isr`), the high watermark's moves, and the acks=all produces waiting for it.
+`check_isr`), the high watermark's moves, and the acks=all produces waiting for it; the low
+watermark (the least log start of the live replicas) and the DeleteRecords waiting for it.
 
 What it must never do: change the ISR itself (it asks the controller through `on_isr_change`,
 and the answer comes back as a metadata change), move the high watermark down or past what
@@ -40,6 +41,26 @@ class LeaderReplication(HostedPartitions):
     leader_quota: ReplicationQuota
     """`leader.replication.throttled.rate`: what this leader sends to throttled replicas
     that are catching up (`broker.replica.quota`)."""
+    _trimmed: dict[TopicPartition, list[tuple[int, asyncio.Future[ErrorCode]]]]
+    """DeleteRecords waiting for the low watermark to pass their offset."""
+
+    def replica_fetch_error(self, replica_id: int, replica_epoch: int) -> ErrorCode | None:
+        """Whether a fetch that names replica `replica_id` is that broker's (None: it is). It
+        must carry the broker's current epoch (KIP-903's ReplicaEpoch: the epoch of its
+        registration in this node's metadata image); otherwise it is refused whole with
+        NOT_LEADER_OR_FOLLOWER, before it reads anything, moves the high watermark or lets
+        the replica join an ISR, so that neither a fetch of an earlier process of that broker
+        nor a client posing as a replica counts as the follower's progress.
+
+        Stricter than Kafka, which refuses only an epoch older than the broker's
+        (`Replica.updateFetchStateOrThrow`, NOT_LEADER_OR_FOLLOWER) and takes -1 (a fetch
+        below v15, or a follower that does not say) unchecked, leaving forged fetches to its
+        ClusterAction ACL. Gregor has no authorizer yet and its followers always send their
+        epoch, so a client must at least know an epoch no client API tells it."""
+        broker = self.image.brokers.get(replica_id)
+        if broker is None or broker.epoch != replica_epoch:
+            return ErrorCode.not_leader_or_follower
+        return None
 
     def read_for_follower(
         self,
@@ -52,10 +73,12 @@ class LeaderReplication(HostedPartitions):
         min_one_batch: bool,
         current_leader_epoch: int,
         last_fetched_epoch: int,
+        log_start_offset: int = -1,
     ) -> FetchResult:
         """A follower's fetch, on the leader: records up to the log end (not the high
         watermark), after checking that the follower's log has not parted from this one's; the
-        fetch offset is the follower's log end, which may move the high watermark."""
+        fetch offset is the follower's log end, which may move the high watermark, and its
+        `log_start_offset` the low watermark."""
         found = self.get_leader(topic, index)
         if isinstance(found, ErrorCode):
             return FetchResult(found)
@@ -82,7 +105,7 @@ class LeaderReplication(HostedPartitions):
             result.error = ErrorCode.offset_out_of_range
             result.high_watermark = partition.high_watermark
             return result
-        self.follower_fetched(partition, replica_id, offset)
+        self.follower_fetched(partition, replica_id, offset, log_start_offset)
         result.high_watermark = partition.high_watermark
         throttled = (
             self.leader_quota.limit is not None
@@ -100,11 +123,16 @@ class LeaderReplication(HostedPartitions):
             self.leader_quota.record(result.records.size, now)
         return result
 
-    def follower_fetched(self, partition: Partition, replica_id: int, offset: int) -> None:
-        """A follower fetched from `offset`: it has everything before it."""
+    def follower_fetched(
+        self, partition: Partition, replica_id: int, offset: int, log_start_offset: int = 0
+    ) -> None:
+        """A follower fetched from `offset`: it has everything before it, and nothing before
+        `log_start_offset` (-1: it did not say, and it does not join the ISR)."""
         if replica_id == self.node_id:
             return
         partition.follower_ends[replica_id] = offset
+        if log_start_offset >= 0:
+            partition.follower_starts[replica_id] = log_start_offset
         # Kafka's Replica.updateFetchState: caught up now if it fetched from the log end, or
         # as of its previous fetch if it has come as far as the log end was then.
         now, end = self._steady(), partition.log.log_end_offset
@@ -121,9 +149,12 @@ class LeaderReplication(HostedPartitions):
             and partition.pending_isr is None
             and offset >= partition.high_watermark
             and offset >= partition.leader_start_offset
+            and log_start_offset >= partition.log.log_start_offset
             and self._isr_eligible(replica_id)
         ):
-            # Caught up (Kafka's isFollowerInSync): it joins the ISR.
+            # Caught up (Kafka's isFollowerInSync), and with this log's start: a follower that
+            # missed a DeleteRecords while it was away must not lead before it has taken it
+            # (stricter than Kafka, whose fenced followers may rejoin without it).
             wanted = tuple(
                 r for r in partition.state.replicas if r in partition.state.isr or r == replica_id
             )
@@ -180,8 +211,12 @@ class LeaderReplication(HostedPartitions):
 
     def _advance_high_watermark(self, partition: Partition) -> None:
         """On the leader: the high watermark moves up to the least log end among the ISR
-        (never down), then acks=all produces and consumers waiting for it are told."""
+        (never down), then acks=all produces and consumers waiting for it are told. Not while
+        the ISR is below `min.insync.replicas` (KIP-966, Kafka 4.1's default): a replica that
+        left it then has every committed record, which makes it an eligible leader."""
         if not partition.is_leader:
+            return
+        if len(partition.maximal_isr) < partition.min_isr:
             return
         ends = [partition.log.log_end_offset]
         for replica in partition.maximal_isr:
@@ -195,6 +230,9 @@ class LeaderReplication(HostedPartitions):
         waiting = self._replicated.get(key)
         if waiting:
             self._complete_replicated(partition, waiting)
+        trimming = self._trimmed.get(key)
+        if trimming:
+            self._complete_trimmed(partition, trimming)
 
     def _complete_replicated(
         self, partition: Partition, waiting: list[tuple[int, asyncio.Future[ErrorCode]]]
@@ -215,9 +253,78 @@ class LeaderReplication(HostedPartitions):
             self._replicated.pop(key, None)
 
     def _not_leader_any_more(self, key: TopicPartition) -> None:
-        for _, future in self._replicated.pop(key, ()):
+        for _, future in [*self._replicated.pop(key, ()), *self._trimmed.pop(key, ())]:
             if not future.done():
                 future.set_result(ErrorCode.not_leader_or_follower)
+
+    # -- the low watermark (DeleteRecords) ------------------------------------------------
+
+    def low_watermark(self, partition: Partition) -> int:
+        """Kafka's lowWatermarkIfLeader: the least log start offset of this leader and of
+        every follower that is alive (registered and unfenced). A live follower not heard from
+        since this node leads counts as -1, so DeleteRecords waits for its next fetch; a fenced
+        one does not hold it up, and cannot join the ISR again before it has taken the log
+        start (`follower_fetched`), unless it is an eligible leader replica (KIP-966): it may
+        lead without rejoining the ISR, so a DeleteRecords waits for it (and times out while
+        it is away), stricter than Kafka, whose fenced ELR members bring records back."""
+        lowest = partition.log.log_start_offset
+        for replica in partition.state.replicas:
+            if replica == self.node_id:
+                continue
+            broker = self.image.brokers.get(replica)
+            if broker is None or (broker.fenced and replica not in partition.state.elr):
+                continue
+            lowest = min(lowest, partition.follower_starts.get(replica, -1))
+        return lowest
+
+    async def wait_for_low_watermark(
+        self, topic: str, index: int, offset: int, timeout: float
+    ) -> tuple[ErrorCode, int]:
+        """DeleteRecords after the leader moved its log start to `offset`: (error, the low
+        watermark) once every live replica's log start has passed `offset`, as Kafka's
+        DelayedDeleteRecords; REQUEST_TIMED_OUT after `timeout` seconds (the request's own),
+        NOT_LEADER_OR_FOLLOWER if this node stops leading meanwhile."""
+        found = self.get_leader(topic, index)
+        if isinstance(found, ErrorCode):
+            return found, -1
+        if self.low_watermark(found) < offset:
+            key = (topic, index)
+            future: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+            self._trimmed.setdefault(key, []).append((offset, future))
+            try:
+                error = await asyncio.wait_for(asyncio.shield(future), max(timeout, 0))
+            except TimeoutError:
+                self._forget(self._trimmed, key, future)
+                found = self.get_leader(topic, index)
+                low = found if isinstance(found, ErrorCode) else self.low_watermark(found)
+                return ErrorCode.request_timed_out, -1 if isinstance(low, ErrorCode) else low
+            except asyncio.CancelledError:
+                self._forget(self._trimmed, key, future)
+                raise
+            if error != ErrorCode.none:
+                return error, -1
+            found = self.get_leader(topic, index)
+            if isinstance(found, ErrorCode):
+                return found, -1
+        return ErrorCode.none, self.low_watermark(found)
+
+    def _complete_trimmed(
+        self, partition: Partition, waiting: list[tuple[int, asyncio.Future[ErrorCode]]]
+    ) -> None:
+        low = self.low_watermark(partition)
+        still = []
+        for offset, future in waiting:
+            if future.done():
+                continue
+            if offset <= low:
+                future.set_result(ErrorCode.none)
+            else:
+                still.append((offset, future))
+        key = (partition.topic, partition.index)
+        if still:
+            self._trimmed[key] = still
+        else:
+            self._trimmed.pop(key, None)
 
     def replicated_now(self, topic: str, index: int, end_offset: int) -> ErrorCode | None:
         """`wait_for_replication`'s answer if there is nothing to wait for (the high watermark
@@ -262,9 +369,18 @@ class LeaderReplication(HostedPartitions):
         return ErrorCode.none
 
     def _forget_waiter(self, key: TopicPartition, future: asyncio.Future[ErrorCode]) -> None:
+        self._forget(self._replicated, key, future)
+
+    @staticmethod
+    def _forget(
+        table: dict[TopicPartition, list[tuple[int, asyncio.Future[ErrorCode]]]],
+        key: TopicPartition,
+        future: asyncio.Future[ErrorCode],
+    ) -> None:
+        """A waiter that gave up (timed out, cancelled) leaves its partition's list."""
         future.cancel()
-        waiting = self._replicated.get(key)
+        waiting = table.get(key)
         if waiting is not None:
-            waiting[:] = [(end, f) for end, f in waiting if f is not future]
+            waiting[:] = [(offset, f) for offset, f in waiting if f is not future]
             if not waiting:
-                del self._replicated[key]
+                del table[key]

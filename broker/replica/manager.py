@@ -69,6 +69,7 @@ class ReplicaManager(FollowerReplication, Appends, LeaderReplication, Offsets):
         self._appending = {}
         self._finishing = set()
         self._replicated = {}
+        self._trimmed = {}
         self.on_append = None
         self.on_role_change = None
         self.on_isr_change = None
@@ -102,10 +103,19 @@ class ReplicaManager(FollowerReplication, Appends, LeaderReplication, Offsets):
                 self._not_leader_any_more(key)
                 self._roles_changed()
             return
+        min_isr = min(self.min_insync_replicas(key[0]), len(change.state.replicas))
         existing = self.partitions.get(key)
+        if existing is not None and existing.log.topic_id not in (None, change.topic.topic_id):
+            # Another topic of the same name, whose removal this node never saw apply: the
+            # replica it hosts is not this topic's (`create_log` sets its log aside below).
+            del self.partitions[key]
+            self._not_leader_any_more(key)
+            self._wake(key)
+            existing = None
         if existing is not None:
             old, high_watermark = existing.state, existing.high_watermark
             existing.state = change.state
+            existing.min_isr = min_isr
             # What this replica knew to be committed stays so, whatever changed.
             existing.stored_high_watermark = max(existing.stored_high_watermark, high_watermark)
             if change.state.partition_epoch != existing.pending_since_epoch:
@@ -118,14 +128,18 @@ class ReplicaManager(FollowerReplication, Appends, LeaderReplication, Offsets):
         if key in self.logs.offline:
             return  # it could not be loaded: it answers KAFKA_STORAGE_ERROR (see `get`)
         try:
-            log_ = self.logs.create_log(*key, self._clock(), self._log_config(key[0]))
+            # Under the topic's id: a directory of an earlier topic of the same name (deleted
+            # and created again while this node was away) is set aside, never adopted.
+            log_ = self.logs.create_log(
+                *key, self._clock(), self._log_config(key[0]), topic_id=change.topic.topic_id
+            )
         except (OSError, StorageError) as exc:
             # The metadata is committed whatever the disk says: this partition is offline
             # here (out of descriptors, a full or failed disk) and the rest carries on.
             log.error("cannot create the log of %s-%d, it is offline: %s", *key, exc)
             self.logs.offline[key] = f"cannot create its log: {type(exc).__name__}: {exc}"
             return
-        partition = Partition(key[0], key[1], log_, change.state, self.node_id)
+        partition = Partition(key[0], key[1], log_, change.state, self.node_id, min_isr=min_isr)
         partition.leader_since_ms = self._steady()
         partition.leader_start_offset = log_.log_end_offset
         if partition.is_leader:
@@ -145,6 +159,7 @@ class ReplicaManager(FollowerReplication, Appends, LeaderReplication, Offsets):
         that stopped leading fails its acks=all waiters."""
         key = (partition.topic, partition.index)
         partition.follower_ends = {}
+        partition.follower_starts = {}
         partition.caught_up_ms = {}
         partition.pending_isr = None
         partition.last_fetch = {}
@@ -182,14 +197,27 @@ class ReplicaManager(FollowerReplication, Appends, LeaderReplication, Offsets):
             topics = {tp[0] for tp in self.partitions}
         for topic in topics:
             config = self._log_config(topic)
+            min_isr = self.min_insync_replicas(topic)
             for (name, _), partition in self.partitions.items():
                 if name == topic:
                     partition.log.update_config(config)
+                    high_watermark = partition.high_watermark
+                    partition.min_isr = min(min_isr, len(partition.state.replicas))
+                    # What was committed stays so, and may move on under the new bound.
+                    partition.stored_high_watermark = max(
+                        partition.stored_high_watermark, high_watermark
+                    )
+                    self._advance_high_watermark(partition)
 
     def remove_strays(self) -> None:
-        """After replay: delete logs on disk whose topic no longer exists (deleted while this
-        node was down), as Kafka does with stray logs."""
+        """After replay: set aside the logs on disk that the metadata does not assign here
+        (their topic was deleted while this node was down, or its replica moved away), as
+        Kafka does with stray logs: renamed `-stray`, removed after `file.delete.delay.ms`."""
         for (topic, index), _ in self.logs:
             if (topic, index) not in self.partitions:
-                log.info("deleting stray log %s-%d", topic, index)
-                self._delete_log((topic, index))
+                try:
+                    self.logs.mark_stray(
+                        topic, index, self._clock(), "the metadata has no replica of it here"
+                    )
+                except (OSError, StorageError) as exc:
+                    log.error("cannot set aside the stray log of %s-%d: %s", topic, index, exc)

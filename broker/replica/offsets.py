@@ -2,8 +2,9 @@
 the high watermark), ListOffsets and DeleteRecords.
 
 What it owns: the consumer's read (`read`), the offset a ListOffsets timestamp names, special
-timestamps included (`list_offset`), and moving the log start for DeleteRecords
-(`delete_records`), each after the leader epoch check (KIP-320).
+timestamps included (`list_offset`, OFFSET_NOT_AVAILABLE from a new leader whose high watermark
+has not caught up), and moving the log start for DeleteRecords (`delete_records`), each after
+the leader epoch check (KIP-320).
 
 What it must never do: show a consumer anything at or past the high watermark, or delete past
 it; followers read through `leader.read_for_follower`, not here.
@@ -70,6 +71,10 @@ class Offsets(HostedPartitions):
     def list_offset(
         self, topic: str, index: int, timestamp: int, current_leader_epoch: int = -1
     ) -> OffsetResult:
+        """ListOffsets on this leader, as Kafka's client requests are answered: offsets below
+        the high watermark only. While the high watermark is below the leader's start offset
+        of its epoch, LATEST, and a timestamp or MAX_TIMESTAMP lookup that finds nothing below
+        it, are OFFSET_NOT_AVAILABLE (the handler says LEADER_NOT_AVAILABLE before v5)."""
         found = self.get_leader(topic, index)
         if isinstance(found, ErrorCode):
             return OffsetResult(found)
@@ -79,12 +84,23 @@ class Offsets(HostedPartitions):
             return OffsetResult(stale)
         log_ = partition.log
         high_watermark = partition.high_watermark
+        # Kafka's fetchOffsetForTimestamp: a new leader keeps the high watermark it had as a
+        # follower, which may be below one the old leader answered. Until it reaches where this
+        # epoch began, an answer bounded by it is OFFSET_NOT_AVAILABLE (retriable) instead, so
+        # that LATEST never goes back; EARLIEST and the tiered lookups do not depend on it.
+        behind = (
+            ErrorCode.offset_not_available
+            if high_watermark < partition.leader_start_offset
+            else ErrorCode.none
+        )
         if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             # No tiered storage: the local log is the whole log, as Kafka's UnifiedLog answers
             # EARLIEST_LOCAL when remote storage is off.
             offset = log_.log_start_offset
             return OffsetResult(ErrorCode.none, offset, -1, log_.epochs.epoch_for_offset(offset))
         if timestamp == LATEST_TIMESTAMP:
+            if behind != ErrorCode.none:
+                return OffsetResult(behind)
             return OffsetResult(ErrorCode.none, high_watermark, -1, partition.leader_epoch)
         if timestamp in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
             # Nothing is ever tiered: Kafka without remote storage answers offset, timestamp and
@@ -93,18 +109,19 @@ class Offsets(HostedPartitions):
         if timestamp == MAX_TIMESTAMP:
             best = log_.max_timestamp_record()
             if best is None or best[0] >= high_watermark:
-                return OffsetResult(ErrorCode.none)
+                return OffsetResult(behind)
             return OffsetResult(ErrorCode.none, *best)
         if timestamp < 0:
             return OffsetResult(ErrorCode.unsupported_version)
         found_offset = log_.offset_for_timestamp(timestamp)
         if found_offset is None or found_offset[0] >= high_watermark:
-            return OffsetResult(ErrorCode.none)
+            return OffsetResult(behind)
         offset, record_timestamp, epoch = found_offset
         return OffsetResult(ErrorCode.none, offset, record_timestamp, epoch)
 
     def delete_records(self, topic: str, index: int, offset: int) -> tuple[ErrorCode, int]:
-        """DeleteRecords: (error, new low watermark). Offset -1 means the high watermark."""
+        """DeleteRecords on this leader: (error, its new log start). Offset -1 means the high
+        watermark. The answer waits for the other replicas too (`wait_for_low_watermark`)."""
         found = self.get_leader(topic, index)
         if isinstance(found, ErrorCode):
             return found, -1

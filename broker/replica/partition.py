@@ -43,6 +43,9 @@ class Partition:
     follower_ends: dict[int, int] = field(default_factory=dict)
     """As leader: each follower's log end offset, as its latest fetch told (absent: unknown
     since this node became leader)."""
+    follower_starts: dict[int, int] = field(default_factory=dict)
+    """As leader: each follower's log start offset, as its latest fetch told: DeleteRecords
+    answers once every live replica's has passed its offset (`LeaderReplication.low_watermark`)."""
     caught_up_ms: dict[int, int] = field(default_factory=dict)
     """As leader: when each follower was last known to have everything (steady clock)."""
     last_fetch: dict[int, tuple[int, int]] = field(default_factory=dict)
@@ -55,6 +58,10 @@ class Partition:
     """An ISR this leader asked the controller for and has not seen committed yet."""
     pending_since_epoch: int = -1
     """The partition epoch `pending_isr` was asked against."""
+    min_isr: int = 1
+    """The topic's `min.insync.replicas`, at most its replica count (Kafka's effective min
+    ISR): below it the high watermark stands still (KIP-966's strict rule), so that a replica
+    that left the ISR meanwhile still holds every committed record and may lead."""
 
     @property
     def maximal_isr(self) -> tuple[int, ...]:
@@ -71,10 +78,10 @@ class Partition:
     @property
     def high_watermark(self) -> int:
         """The offset below which every in-sync replica has the records: what consumers may
-        read. A leader alone in its ISR has it at its log end; otherwise replication moves it
-        (`ReplicaManager.follower_fetched` on the leader, the leader's answer on a follower),
-        never past this replica's log end."""
-        if self.is_leader and self.maximal_isr == (self.node_id,):
+        read. A leader alone in its ISR has it at its log end (when `min_isr` is 1);
+        otherwise replication moves it (`ReplicaManager.follower_fetched` on the leader, the
+        leader's answer on a follower), never past this replica's log end."""
+        if self.is_leader and self.maximal_isr == (self.node_id,) and self.min_isr <= 1:
             return self.log.log_end_offset
         return min(self.stored_high_watermark, self.log.log_end_offset)
 
@@ -88,8 +95,9 @@ class AppendResult:
     error: ErrorCode
     info: AppendInfo | None = None
     message: str | None = None
-    batch_index: int | None = None
-    """The record (by its index in the batch) an INVALID_RECORD is about, if one is."""
+    record_errors: tuple[tuple[int, str], ...] = ()
+    """The records an INVALID_RECORD or INVALID_TIMESTAMP is about, each as (its index in the
+    batch, why), in batch order: Produce v8+ lists them all (KIP-467)."""
 
 
 AppendObserver = Callable[[str, AppendResult, int], None]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import NamedTuple
+
 __all__ = [
     "CorruptRecordError",
     "InvalidProducerEpoch",
@@ -12,7 +15,9 @@ __all__ = [
     "OffsetOutOfRange",
     "OutOfOrderSequence",
     "ProducerStateError",
+    "RecordError",
     "RecordTooLarge",
+    "RecordsRejected",
     "StorageError",
 ]
 
@@ -25,20 +30,37 @@ class CorruptRecordError(StorageError):
     """A batch offered for append fails validation (CRC, magic, offsets): CORRUPT_MESSAGE."""
 
 
-class InvalidRecord(StorageError):
+class RecordError(NamedTuple):
+    """One record of a batch that broke a per-record rule, by its index in the batch (Kafka's
+    RecordError, KIP-467): what a Produce v8+ answer lists in `record_errors`."""
+
+    batch_index: int
+    message: str
+
+
+class RecordsRejected(StorageError):
+    """A batch refused for what its records hold (Kafka's RecordValidationException).
+    `record_errors` names every record that broke a rule, in batch order, so that a client can
+    tell them from the records refused only for sharing their batch; it is empty when the
+    refusal is about the batch as a whole (its header, or a structure the records cannot be
+    walked past)."""
+
+    def __init__(self, message: str, record_errors: Sequence[RecordError] = ()) -> None:
+        super().__init__(message)
+        self.record_errors = tuple(record_errors)
+
+
+class InvalidRecord(RecordsRejected):
     """A batch whose records break Kafka's rules for what a client may write (LogValidator): a
     control batch, a keyless record on a compacted topic, a record count or structure that does
-    not match the batch, a producer id with a negative sequence: INVALID_RECORD (87).
-    `batch_index` is the record that broke a per-record rule, else None."""
-
-    def __init__(self, message: str, batch_index: int | None = None) -> None:
-        super().__init__(message)
-        self.batch_index = batch_index
+    not match the batch, a producer id with a negative sequence: INVALID_RECORD (87)."""
 
 
-class InvalidTimestamp(StorageError):
+class InvalidTimestamp(RecordsRejected):
     """A record's CreateTime lies outside `message.timestamp.before.max.ms` /
-    `message.timestamp.after.max.ms` of the broker's clock: INVALID_TIMESTAMP (32)."""
+    `message.timestamp.after.max.ms` of the broker's clock: INVALID_TIMESTAMP (32). Its
+    `record_errors` also name the batch's records refused for another rule (a missing key), as
+    Kafka's do: the batch's code is INVALID_TIMESTAMP as soon as one record's time is out."""
 
 
 class RecordTooLarge(StorageError):

@@ -16,6 +16,7 @@ import bisect
 import os
 import re
 import struct
+import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future
 from pathlib import Path
@@ -147,6 +148,9 @@ class Log:
         `high_watermark`: as the replication checkpoint last had it."""
         self.directory = directory
         self.topic, self.partition = parse_partition_dir(directory.name)
+        self.topic_id: uuid.UUID | None = None
+        """The topic this log was created for (its `partition.metadata`, set by the log
+        manager); None for a log from before topic ids."""
         self.config = config
         directory.mkdir(parents=True, exist_ok=True)
         self.epochs = LeaderEpochCache(directory)
@@ -350,7 +354,7 @@ class Log:
         size = self._check(view, 0, header, crc=not prechecked)
         if size > self.config.segment_bytes:
             raise RecordTooLarge(f"{size} bytes do not fit in segment.bytes")
-        # The header's check first: a batch refused for its timestamp is not decompressed.
+        # The header's check first: a late batch is walked once, to name its late records.
         check_max_timestamp(view, 0, header, self.config, now_ms)
         if not prechecked:
             check_client_batch(view, 0, header, compacted=self.config.compact)
@@ -741,8 +745,17 @@ class Log:
     # -- truncation and log start ---------------------------------------------------------
 
     def truncate_to(self, offset: int) -> None:
-        """Remove everything at or after `offset` (a follower diverged from its leader)."""
+        """Remove every batch at or after `offset` (a follower diverged from its leader); a
+        batch holding `offset` goes whole, so the log may end below `offset`, never inside a
+        batch.
+
+        The epoch cache loses the epochs that start at or after the new log end even when no
+        record goes (Kafka's truncateTo): a replica elected leader that wrote nothing before
+        the next election keeps an epoch starting at its log end that no other replica has;
+        left there, its every fetch says that epoch, the leader answers with the same
+        DivergingEpoch, and the cut to the same offset changes nothing, forever."""
         if offset >= self.log_end_offset:
+            self.epochs.truncate_from_end(self.log_end_offset)
             return
         while len(self.segments) > 1 and self.active_segment.base_offset >= offset:
             self.segments.pop().delete()

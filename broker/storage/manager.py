@@ -8,6 +8,12 @@ asynchronous deletion (segments renamed `.deleted`, partition directories rename
 `<topic>-<partition>.<id>-delete`, both removed `file.delete.delay.ms` later), and which
 compacted log the cleaner takes next (`cleaner-offset-checkpoint`).
 
+Each partition directory carries its topic id (`partition.metadata`, KIP-516). A log asked for
+under a topic id other than its own belongs to an earlier topic of the same name (deleted and
+created again while this node was away): it is a *stray*, renamed
+`<topic>-<partition>.<id>-stray`, never served, and removed `file.delete.delay.ms` later, as
+Kafka does; a new, empty log takes its place. `strays` counts them for the metrics.
+
 Compaction is done in rounds, one log at a time, in three steps so that the slow one can run
 elsewhere: `plan_cleaning` picks the filthiest log and fixes the round's work (a picklable
 `CleanJob`; the log counts as being cleaned, so retention leaves its segments alone until
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import logging
 import os
 import resource
@@ -58,6 +65,7 @@ from .config import LogConfig
 from .errors import LogDirFailure, LogOffline, StorageError
 from .files import fsync_dir
 from .log import Log, parse_partition_dir
+from .partition_metadata import read_topic_id, write_topic_id
 from .producer_state import PRODUCER_ID_EXPIRATION_MS
 from .segments import LogSegment
 
@@ -68,6 +76,7 @@ __all__ = [
     "LogManager",
     "TopicPartition",
     "delete_dir_name",
+    "stray_dir_name",
 ]
 
 logger = logging.getLogger(__name__)
@@ -80,6 +89,7 @@ REPLICATION_CHECKPOINT = "replication-offset-checkpoint"
 """Each partition's high watermark (Kafka's name and format), so that a restarted replica
 serves what was committed before it stopped at once, not from its log start."""
 DELETE_DIR_SUFFIX = "-delete"
+STRAY_DIR_SUFFIX = "-stray"
 
 TopicPartition = tuple[str, int]
 
@@ -92,12 +102,18 @@ MAX_FILE_NAME = 255
 """The longest file name Linux filesystems take (ext4, xfs: NAME_MAX)."""
 
 
-def delete_dir_name(topic: str, partition: int) -> str:
+def delete_dir_name(topic: str, partition: int, kind: str = DELETE_DIR_SUFFIX) -> str:
     """Where a deleted partition's directory is renamed until it is removed, as Kafka names it:
     `<topic>-<partition>.<uuid>-delete`, the topic cut short so the whole name stays within
     `MAX_FILE_NAME` (a legal 249-character topic would otherwise not fit)."""
-    suffix = f"-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+    suffix = f"-{partition}.{uuid.uuid4().hex}{kind}"
     return topic[: MAX_FILE_NAME - len(suffix)] + suffix
+
+
+def stray_dir_name(topic: str, partition: int) -> str:
+    """Where a stray partition directory is renamed until it is removed (Kafka's
+    `<topic>-<partition>.<uuid>-stray`)."""
+    return delete_dir_name(topic, partition, STRAY_DIR_SUFFIX)
 
 
 @dataclass(slots=True)
@@ -185,6 +201,12 @@ class LogManager:
         count (see `_check_descriptors`)."""
         self.reserved_topics: frozenset[str] = frozenset({"__cluster_metadata"})
         """Partition dirs that are not this manager's to load (the metadata log's own)."""
+        self.strays = 0
+        self.clean_shutdown_epochs: dict[Path, int | None] = {}
+        """What each dir's clean-shutdown marker said at start: the broker epoch of the clean
+        stop it was left by (-1 if it named none), None if there was no marker (a crash, or
+        a dir formatted since: a replaced disk)."""
+        """Partition directories found not to belong to the metadata and set aside."""
 
     # -- startup and shutdown ---------------------------------------------------------------
 
@@ -225,6 +247,7 @@ class LogManager:
 
     def _load_dir(self, log_dir: Path, now_ms: int, configs: dict[str, LogConfig]) -> None:
         marker = log_dir / CLEAN_SHUTDOWN_FILE
+        self.clean_shutdown_epochs[log_dir] = _marked_epoch(marker)
         found = _read_checkpoints(log_dir)
         clean = marker.exists() and found.recovery_points is not None
         recovery_points = found.recovery_points or {}
@@ -235,6 +258,11 @@ class LogManager:
                 continue
             if child.name.endswith(DELETE_DIR_SUFFIX):
                 shutil.rmtree(child, ignore_errors=True)
+                continue
+            if child.name.endswith(STRAY_DIR_SUFFIX):
+                # Set aside before a restart: still removed only after the delay.
+                due = now_ms + self.default_config.file_delete_delay_ms
+                self._pending.append(_PendingDeletion(due, directory=child))
                 continue
             try:
                 key = parse_partition_dir(child.name)
@@ -258,6 +286,7 @@ class LogManager:
                     high_watermark=high_watermarks.get(key, 0),
                     producer_id_expiration_ms=self.producer_id_expiration_ms,
                 )
+                log.topic_id = read_topic_id(child)
             except Exception as exc:  # any failure takes this partition alone offline
                 self.offline[key] = f"{child}: {type(exc).__name__}: {exc}"
                 logger.error(
@@ -290,9 +319,22 @@ class LogManager:
         self._locks.append(handle)
         self._locked.add(log_dir)
 
-    def shutdown(self, now_ms: int) -> None:
+    @property
+    def previous_broker_epoch(self) -> int:
+        """The broker epoch of the clean stop every online dir's marker names (KIP-966's
+        previous broker epoch), else -1: this node crashed, or one of its dirs is new."""
+        epochs = {
+            self.clean_shutdown_epochs.get(d) for d in self.log_dirs if d not in self.offline_dirs
+        }
+        if len(epochs) != 1:
+            return -1
+        (epoch,) = epochs
+        return -1 if epoch is None else epoch
+
+    def shutdown(self, now_ms: int, *, broker_epoch: int = -1) -> None:
         """Clean shutdown: flush and close every log, checkpoint, and leave the marker that
-        lets the next start skip recovery."""
+        lets the next start skip recovery, naming `broker_epoch` (Kafka's format:
+        `{"version":0,"brokerEpoch":N}`), which the next registration tells the controller."""
         if self._flusher is not None:
             self._flusher.shutdown(wait=True)  # the rolled segments' fsyncs finish first
             self._flusher = None
@@ -308,7 +350,9 @@ class LogManager:
             if log_dir in self.offline_dirs:
                 continue
             self._write_checkpoints(log_dir)
-            (log_dir / CLEAN_SHUTDOWN_FILE).write_text("{}\n")
+            (log_dir / CLEAN_SHUTDOWN_FILE).write_text(
+                json.dumps({"version": 0, "brokerEpoch": broker_epoch}) + "\n"
+            )
         self.unlock()
         self.logs.clear()
 
@@ -324,12 +368,34 @@ class LogManager:
         return iter(list(self.logs.items()))
 
     def create_log(
-        self, topic: str, partition: int, now_ms: int, config: LogConfig | None = None
+        self,
+        topic: str,
+        partition: int,
+        now_ms: int,
+        config: LogConfig | None = None,
+        *,
+        topic_id: uuid.UUID | None = None,
     ) -> Log:
-        """Create (or return) a partition's log, in the online log dir holding fewest logs."""
+        """Create (or return) a partition's log, in the online log dir holding fewest logs.
+        With a `topic_id`, a log on disk is returned only if it was created for that topic:
+        one of another topic of the same name is set aside as a stray (`mark_stray`) and a new
+        log created; one from before topic ids takes the id."""
         key = (topic, partition)
-        if key in self.logs:
-            return self.logs[key]
+        existing = self.logs.get(key)
+        if existing is not None and topic_id is not None and existing.topic_id != topic_id:
+            if existing.topic_id is None:
+                write_topic_id(existing.directory, topic_id)
+                existing.topic_id = topic_id
+            else:
+                self.mark_stray(
+                    topic,
+                    partition,
+                    now_ms,
+                    f"it holds topic id {existing.topic_id}, the metadata's is {topic_id}",
+                )
+                existing = None
+        if existing is not None:
+            return existing
         if key in self.offline:
             raise LogOffline(f"{topic}-{partition} is offline: {self.offline[key]}")
         online = [d for d in self.log_dirs if d not in self.offline_dirs]
@@ -347,6 +413,9 @@ class LogManager:
             now_ms=now_ms,
             producer_id_expiration_ms=self.producer_id_expiration_ms,
         )
+        if topic_id is not None:
+            write_topic_id(log.directory, topic_id)
+            log.topic_id = topic_id
         log.flusher = self._flusher
         log.producer_state.remove_later = self._remove_later
         self.logs[key] = log
@@ -374,15 +443,17 @@ class LogManager:
                 "(ulimit -n, LimitNOFILE)"
             )
 
-    def delete_log(self, topic: str, partition: int, now_ms: int) -> None:
-        """Take a partition away now and remove its files after `file.delete.delay.ms`."""
+    def delete_log(self, topic: str, partition: int, now_ms: int, *, stray: bool = False) -> None:
+        """Take a partition away now and remove its files after `file.delete.delay.ms`
+        (`stray`: renamed `-stray` rather than `-delete`, see `mark_stray`)."""
         key = (topic, partition)
         log = self.logs.pop(key, None)
         self.offline.pop(key, None)
         if log is None:
             return
         log.close(now_ms)
-        target = log.directory.with_name(delete_dir_name(topic, partition))
+        name = stray_dir_name(topic, partition) if stray else delete_dir_name(topic, partition)
+        target = log.directory.with_name(name)
         os.replace(log.directory, target)
         self._pending.append(
             _PendingDeletion(now_ms + log.config.file_delete_delay_ms, directory=target, source=log)
@@ -391,6 +462,24 @@ class LogManager:
         self.uncleanable.pop(key, None)
         log_dir = self._dir_of.pop(key)
         self._write_checkpoints(log_dir)
+
+    def mark_stray(self, topic: str, partition: int, now_ms: int, reason: str) -> None:
+        """A log on disk that the metadata does not assign here under its topic id (a topic
+        deleted while this node was away, or deleted and created again): never served, renamed
+        `-stray` and removed after `file.delete.delay.ms`, with a warning and a count."""
+        log = self.logs.get((topic, partition))
+        if log is None:
+            return
+        logger.warning(
+            "%s is a stray log of %s-%d (%s): set aside, never served, removed after %d ms",
+            log.directory,
+            topic,
+            partition,
+            reason,
+            log.config.file_delete_delay_ms,
+        )
+        self.strays += 1
+        self.delete_log(topic, partition, now_ms, stray=True)
 
     def fail_dir_of(self, topic: str, partition: int, reason: str) -> list[TopicPartition]:
         """An I/O error hit a partition's log: take its whole log dir offline, as Kafka's
@@ -683,6 +772,22 @@ def _read_checkpoints(log_dir: Path) -> _Checkpoints:
         logger.warning("%s; the cleaner starts over on every compacted log", exc)
         first_dirty = {}
     return _Checkpoints(recovery_points, start_offsets, high_watermarks, first_dirty)
+
+
+def _marked_epoch(marker: Path) -> int | None:
+    """The broker epoch a clean-shutdown marker names; -1 if it names none (an older
+    marker, or a node that was not a registered broker), None if there is no marker."""
+    try:
+        text = marker.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return -1
+    try:
+        epoch = json.loads(text).get("brokerEpoch", -1)
+    except (ValueError, AttributeError):
+        return -1
+    return epoch if isinstance(epoch, int) else -1
 
 
 def _remove_quietly(paths: list[Path]) -> None:

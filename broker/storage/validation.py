@@ -11,12 +11,23 @@ that the default path never pays:
   clock and its timestamp-type bit is set (the CRC is recomputed);
 - `message.timestamp.before.max.ms` below its default: every record's CreateTime is checked,
   since a batch header does not say which of its records is the oldest.
+
+A batch refused for its records is refused whole, and the refusal names every record that
+broke a rule, as Kafka's LogValidator does (KIP-467): librdkafka marks exactly those records
+invalid. Only a refusal pays for that: an accepted batch is read no further than before, and
+an uncompressed batch that its header's max timestamp refuses is walked once to name its late
+records (`_check_each_record`); a compressed one is refused whole without being decompressed
+(its records are then all refused, as librdkafka takes an empty `record_errors`).
 """
 
 from __future__ import annotations
 
+import contextlib
+from typing import NoReturn
+
 from broker.protocol.compression import Codec, decompress
 from broker.protocol.errors import MalformedInput
+from broker.protocol.primitives import read_varint, read_varlong
 from broker.protocol.records import (
     BATCH_HEADER_SIZE,
     BatchHeader,
@@ -28,7 +39,7 @@ from broker.protocol.records import (
 )
 
 from .config import COMPRESSION_CODECS, LONG_MAX, LogConfig
-from .errors import CorruptRecordError, InvalidRecord, InvalidTimestamp
+from .errors import CorruptRecordError, InvalidRecord, InvalidTimestamp, RecordError
 
 __all__ = ["check_client_batch", "check_max_timestamp", "prepare"]
 
@@ -46,7 +57,7 @@ def prepare(records: bytes, config: LogConfig, now_ms: int) -> bytes:
             for position, header in batches:
                 check_max_timestamp(view, position, header, config, now_ms)
                 if config.message_timestamp_before_max_ms != LONG_MAX:
-                    _check_each_timestamp(view, position, header, config, now_ms)
+                    _check_each_record(view, position, header, config, now_ms)
         target = COMPRESSION_CODECS.get(config.compression_type)
         if target is not None and any(h.codec is not target for _, h in batches):
             records = b"".join(_in_codec(view, p, h, target) for p, h in batches)
@@ -65,14 +76,22 @@ def check_max_timestamp(
 ) -> None:
     """The per-batch CreateTime check: no record more than `message.timestamp.after.max.ms`
     ahead of the broker's clock. The batch's max timestamp bounds them all and is what is
-    checked: decompressing the records to find the one that is late would let a few hundred
-    bytes of zstd hold the broker for seconds."""
+    checked, so an accepted batch is not read for it. A refused uncompressed one is walked to
+    name each late record (`InvalidTimestamp.record_errors`); a compressed one, one whose
+    records cannot be walked, or whose header claims a max timestamp none of its records has,
+    is refused as a whole."""
     latest = now_ms + config.message_timestamp_after_max_ms
     if (
         header.max_timestamp > latest
         and not header.is_log_append_time
         and not config.log_append_time
     ):
+        if header.codec is Codec.NONE:
+            # Naming each late record costs a walk bounded by the bytes received; a compressed
+            # batch is refused whole, never decompressed for it: a few hundred bytes of zstd
+            # must not hold the broker for seconds (tests/integration/test_hostile_clients.py).
+            with contextlib.suppress(MalformedInput):
+                _check_each_record(view, position, header, config, now_ms)
         raise InvalidTimestamp(
             f"Timestamp {header.max_timestamp} of the batch at byte {position} (its max "
             f"timestamp) is out of range. The timestamp should be within "
@@ -83,6 +102,10 @@ def check_max_timestamp(
 _MIN_RECORD_BYTES = 6
 """The smallest record body: attributes, timestamp delta, offset delta, key and value lengths
 and header count, one byte each."""
+_KEYLESS = "Compacted topic cannot accept message without key in topic partition"
+_SHOWN_ERRORS = 3
+"""Record errors quoted in an INVALID_RECORD's message, as Kafka quotes them (the response's
+`record_errors` lists every one)."""
 
 
 def check_client_batch(
@@ -124,7 +147,9 @@ def check_client_batch(
 
 
 def _walk(buf: memoryview | bytes, pos: int, end: int, count: int, keys: bool) -> None:
-    """Hop over `count` records from `pos`; they must end exactly at `end`."""
+    """Hop over `count` records from `pos`; they must end exactly at `end`. A keyless record
+    (`keys`: on a compacted topic) does not stop the walk: the refusal names each one."""
+    keyless: list[RecordError] | None = None
     for index in range(count):
         if pos >= end:
             raise InvalidRecord(
@@ -137,21 +162,38 @@ def _walk(buf: memoryview | bytes, pos: int, end: int, count: int, keys: bool) -
         length = (raw >> 1) ^ -(raw & 1)
         record_end = pos + length
         if length < _MIN_RECORD_BYTES or record_end > end:
-            raise InvalidRecord(
-                f"Record {index} of the batch claims {length} bytes, past the batch's end",
-                index,
-            )
+            message = f"Record {index} of the batch claims {length} bytes, past the batch's end"
+            raise InvalidRecord(message, [RecordError(index, message)])
         if keys and _key_length(buf, pos, record_end) < 0:
-            raise InvalidRecord(
-                "Compacted topic cannot accept message without key in topic partition",
-                index,
-            )
+            if keyless is None:
+                keyless = []
+            keyless.append(RecordError(index, _KEYLESS))
         pos = record_end
     if pos != end:
         raise InvalidRecord(
             f"Incorrect declared batch size, {end - pos} bytes remain after the {count} "
             "records declared"
         )
+    if keyless:
+        _refuse(keyless, late=False)
+
+
+def _refuse(errors: list[RecordError], *, late: bool) -> NoReturn:
+    """Refuse a batch for the records named in `errors`, with Kafka's messages: the code is
+    INVALID_TIMESTAMP if a record's time is out (`late`), else INVALID_RECORD."""
+    if late:
+        raise InvalidTimestamp(
+            "One or more records have been rejected due to invalid timestamp", errors
+        )
+    shown = ", ".join(
+        f"RecordError(batchIndex={index}, message='{message}')"
+        for index, message in errors[:_SHOWN_ERRORS]
+    )
+    raise InvalidRecord(
+        f"One or more records have been rejected due to {len(errors)} record errors in total, "
+        f"and only showing the first three errors at most: [{shown}]",
+        errors,
+    )
 
 
 def _uvarint_rest(buf: memoryview | bytes, pos: int, end: int, first: int) -> tuple[int, int]:
@@ -187,18 +229,56 @@ def _key_length(buf: memoryview | bytes, pos: int, end: int) -> int:
     return (raw >> 1) ^ -(raw & 1)
 
 
-def _check_each_timestamp(
+def _check_each_record(
     view: memoryview, position: int, header: BatchHeader, config: LogConfig, now_ms: int
 ) -> None:
+    """Kafka's per-record rules over every record of the batch at `position`: a key on a
+    compacted topic, and a CreateTime within the topic's bounds (unless times are the
+    broker's). Refuses the batch naming each record that breaks one (a record missing its key
+    is named for that alone, as Kafka checks the key first); `MalformedInput` if the records
+    cannot be walked. Lean: only the fields up to the key are read, nothing is copied."""
+    start, end = position + BATCH_HEADER_SIZE, position + header.size
+    buf: memoryview | bytes = view
+    if header.codec is not Codec.NONE:
+        buf = decompress(header.codec, view[start:end])
+        start, end = 0, len(buf)
+    keys = config.compact
+    times = not header.is_log_append_time and not config.log_append_time
     earliest = now_ms - config.message_timestamp_before_max_ms
     latest = now_ms + config.message_timestamp_after_max_ms
-    for record in iter_records(view, position):
-        if record.timestamp >= 0 and not earliest <= record.timestamp <= latest:
-            raise InvalidTimestamp(
-                f"Timestamp {record.timestamp} of message with offset "
-                f"{record.offset - header.base_offset} is out of range. The timestamp should "
-                f"be within [{max(earliest, 0)}, {latest}]"
+    where = f"records of the batch at byte {position}"
+    errors: list[RecordError] = []
+    late = False
+    pos = start
+    for index in range(header.records_count):
+        if pos >= end:
+            raise MalformedInput(
+                f"{header.records_count} records declared, {index} found", where=where
             )
+        length, pos = read_varint(buf, pos, where)
+        record_end = pos + length
+        if length < _MIN_RECORD_BYTES or record_end > end:
+            raise MalformedInput(f"record {index} of {length} bytes is truncated", where=where)
+        timestamp_delta, field = read_varlong(buf, pos + 1, where)  # past the attributes
+        offset_delta, field = read_varint(buf, field, where)
+        key_length, field = read_varint(buf, field, where)
+        if field > record_end:
+            raise MalformedInput(f"record {index} ends inside its header fields", where=where)
+        timestamp = header.base_timestamp + timestamp_delta
+        if keys and key_length < 0:
+            errors.append(RecordError(index, _KEYLESS))
+        elif times and timestamp >= 0 and not earliest <= timestamp <= latest:
+            late = True
+            errors.append(
+                RecordError(
+                    index,
+                    f"Timestamp {timestamp} of message with offset {offset_delta} is out of "
+                    f"range. The timestamp should be within [{max(earliest, 0)}, {latest}]",
+                )
+            )
+        pos = record_end
+    if errors:
+        _refuse(errors, late=late)
 
 
 def _in_codec(view: memoryview, position: int, header: BatchHeader, codec: Codec) -> bytes:

@@ -9,6 +9,7 @@ import os
 import socket
 import struct
 import subprocess
+import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -29,10 +30,18 @@ from broker.protocol import (
     request_type,
 )
 from broker.protocol.messages import request_module
+from broker.storage.meta_properties import read_meta_properties
 from tests.integration.clients import QUIET, admin_client, create_topic
-from tests.support.kafka_dist import start_kafka
+from tests.support.kafka_dist import format_storage, start_kafka
 from tests.support.kafka_python import close_kafka_python
-from tests.support.nodes import RunningNode, free_port, refused_start, run_node
+from tests.support.nodes import (
+    RunningNode,
+    free_port,
+    refused_start,
+    run_node,
+    spawn_node,
+    wait_listening,
+)
 from tests.support.wire import exchange
 
 
@@ -111,6 +120,7 @@ def test_only_apis_with_handlers_are_advertised(node: RunningNode) -> None:
         ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.OFFSET_DELETE, ApiKey.DESCRIBE_CLUSTER,
         ApiKey.ELECT_LEADERS, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
         ApiKey.LIST_PARTITION_REASSIGNMENTS, ApiKey.UNREGISTER_BROKER,
+        ApiKey.DESCRIBE_QUORUM, ApiKey.LIST_CONFIG_RESOURCES, ApiKey.DESCRIBE_TOPIC_PARTITIONS,
     }  # fmt: skip
     assert set(advertised) == served  # nothing without a handler (SASL, Raft, transactions)
     assert advertised == {key: (SUPPORTED[key].min, SUPPORTED[key].max) for key in served}
@@ -265,6 +275,75 @@ def test_a_log_dir_of_another_cluster_is_refused(tmp_path: Path) -> None:
         f"node.id=1\nlisteners=PLAINTEXT://localhost:{free_port()}\nlog.dirs={logs}\n"
     )
     assert "belongs to node 2" in refused_start(config)
+
+
+def _gregor(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "broker.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_gregor_format_gives_the_dirs_their_identity_and_the_node_serves_them(
+    tmp_path: Path,
+) -> None:
+    logs = [tmp_path / "a", tmp_path / "b"]
+    port = free_port()
+    properties = {
+        "node.id": "1",
+        "process.roles": "broker,controller",
+        "listeners": f"PLAINTEXT://localhost:{port}",
+        "log.dirs": ",".join(map(str, logs)),
+        "offsets.topic.replication.factor": "1",
+    }
+    config = tmp_path / "server.properties"
+    config.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
+    formatted = _gregor("format", "--config", str(config), "--cluster-id", "FormattedByGregor")
+    assert formatted.returncode == 0, formatted.stderr
+    assert formatted.stdout.count(": formatted (directory.id ") == 2
+    identities = [read_meta_properties(d) for d in logs]
+    assert {m.cluster_id for m in identities if m is not None} == {"FormattedByGregor"}
+
+    again = _gregor("format", "--config", str(config), "--cluster-id", "FormattedByGregor")
+    assert again.returncode == 1
+    assert "is formatted already" in again.stderr
+    kept = _gregor(
+        "format", "--config", str(config), "--cluster-id", "FormattedByGregor", "--ignore-formatted"
+    )
+    assert kept.returncode == 0, kept.stderr
+    assert [read_meta_properties(d) for d in logs] == identities, "directory ids are kept"
+
+    node = spawn_node(tmp_path, properties, port)  # no --cluster-id: the dirs have it
+    try:
+        wait_listening(node)
+        assert admin_client(node.bootstrap).list_topics(timeout=10).cluster_id == (
+            "FormattedByGregor"
+        )
+    finally:
+        assert node.stop() == 0
+
+
+@pytest.mark.slow
+def test_kafkas_storage_tool_writes_what_gregor_reads(tmp_path: Path) -> None:
+    """The same `meta.properties` on both sides: a dir Kafka's `kafka-storage format` made
+    names its cluster, node and directory id to Gregor too."""
+    controller = free_port()
+    config = tmp_path / "kafka.properties"
+    config.write_text(
+        "process.roles=broker,controller\nnode.id=7\n"
+        f"controller.quorum.voters=7@localhost:{controller}\n"
+        "controller.listener.names=CONTROLLER\n"
+        f"listeners=PLAINTEXT://localhost:{free_port()},CONTROLLER://localhost:{controller}\n"
+        f"log.dirs={tmp_path / 'data'}\n"
+    )
+    format_storage(config, "MkU3OEVBNTcwNTJENDM2Qk")
+    found = read_meta_properties(tmp_path / "data")
+    assert found is not None
+    assert (found.cluster_id, found.node_id) == ("MkU3OEVBNTcwNTJENDM2Qk", 7)
+    assert found.directory_id is not None
 
 
 def test_restart_keeps_the_cluster_id(tmp_path: Path) -> None:

@@ -1,14 +1,14 @@
 """What a real `gregor broker` refuses to store, as Kafka's LogValidator does, with real clients
 on the other end: keyless records on a compacted topic (the cleaner would delete them after
-they were acknowledged), a batch whose header claims records it does not hold (kafka-python
-consumers then failed on it with CorruptRecordError), and control batches from a client (they
-moved the producer's epoch). Lying batches are sent by hand (`tests.support.wire`): no client
-library writes them."""
+they were acknowledged), each of them named in the refusal (KIP-467), a batch whose header
+claims records it does not hold (kafka-python consumers then failed on it with
+CorruptRecordError), and control batches from a client (they moved the producer's epoch).
+Lying batches are sent by hand (`tests.support.wire`): no client library writes them."""
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,37 @@ def test_keyless_records_on_a_compacted_topic_are_refused(node: RunningNode) -> 
     assert errors[1] is not None
     assert errors[1].code() == KafkaError.INVALID_RECORD, errors[1]
     assert [m.key() for m in read_all(node.bootstrap, "profiles", 1, 1)] == [b"alice"]
+
+
+def test_every_invalid_record_of_a_batch_is_named(node: RunningNode) -> None:
+    """KIP-467: the refusal lists each invalid record, not only the first. Kafka 4.3 answers
+    this batch (3 keyless records of 5 on a compacted topic) naming indices 1, 2 and 4; with
+    only the first named, librdkafka failed every record of the batch as invalid (its test
+    0011). Here librdkafka fails exactly the keyless ones with INVALID_RECORD, and the others
+    as refused for sharing their batch."""
+    create_topic(node.bootstrap, "accounts", 1, **{"cleanup.policy": "compact"})
+    keys = [b"a", None, None, b"d", None]
+    sent = build_batch([Record(i, now_ms(), key, b"v") for i, key in enumerate(keys)])
+    refused = _produce(node.port, "accounts", sent)
+    assert refused.error_code == ErrorCode.invalid_record, refused
+    assert [e.batch_index for e in refused.record_errors] == [1, 2, 4], refused
+    assert "due to 3 record errors in total" in refused.error_message
+
+    reports: dict[int, KafkaError | None] = {}
+
+    def reporter(index: int) -> Callable[[KafkaError | None, Any], None]:
+        return lambda error, _message: reports.__setitem__(index, error)
+
+    producer = Producer(
+        {"bootstrap.servers": node.bootstrap, "linger.ms": 500, **QUIET}  # one batch
+    )
+    for index, key in enumerate(keys):
+        producer.produce("accounts", key=key, value=b"v", on_delivery=reporter(index))
+    assert producer.flush(20) == 0
+    codes = {i: None if e is None else e.code() for i, e in sorted(reports.items())}
+    different = KafkaError._INVALID_DIFFERENT_RECORD
+    invalid = KafkaError.INVALID_RECORD
+    assert codes == {0: different, 1: invalid, 2: invalid, 3: different, 4: invalid}, codes
 
 
 def test_a_batch_claiming_records_it_does_not_hold_is_refused(node: RunningNode) -> None:

@@ -489,7 +489,9 @@ def _kafka_properties(
     }
 
 
-def _format(config: Path, cluster_id: str) -> None:
+def format_storage(config: Path, cluster_id: str) -> None:
+    """`kafka-storage format --cluster-id ID --config FILE`: Kafka's own tool formats the log
+    dirs `config` names (its `meta.properties`, with a directory id each)."""
     libs = fetch()
     formatted = subprocess.run(
         [
@@ -558,7 +560,7 @@ def start_kafka(
     ) | dict(extra or {})
     config = directory / "server.properties"
     config.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
-    _format(config, _cluster_id())
+    format_storage(config, _cluster_id())
     log = directory / "kafka.log"
     broker = KafkaBroker(_launch(config, log, heap), port, controller_port, directory, log, heap)
     _wait_started(broker, timeout)
@@ -603,7 +605,7 @@ def start_kafka_cluster(
             config.write_text(
                 "".join(f"{k}={v}\n" for k, v in (properties | dict(extra or {})).items())
             )
-            _format(config, cluster_id)
+            format_storage(config, cluster_id)
             log = home / "kafka.log"
             process = _launch(config, log, heap)
             brokers.append(KafkaBroker(process, port, controller_port, home, log, heap, node_id))

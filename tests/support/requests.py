@@ -180,6 +180,15 @@ TEMPLATES: dict[ApiKey, Template] = {
         "include_fenced_brokers": True,
     },
     ApiKey.DESCRIBE_LOG_DIRS: lambda v, topic_id: {"topics": None},
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: lambda v, topic_id: {
+        "topics": [{"name": TOPIC}],
+        "response_partition_limit": 2000,
+        "cursor": {"topic_name": TOPIC, "partition_index": 0},
+    },
+    ApiKey.LIST_CONFIG_RESOURCES: lambda v, topic_id: {"resource_types": []},
+    ApiKey.DESCRIBE_QUORUM: lambda v, topic_id: {
+        "topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]
+    },
     ApiKey.FIND_COORDINATOR: lambda v, topic_id: {
         "key": "sweep-group",
         "key_type": 0,
@@ -275,6 +284,14 @@ def _struct_of(annotation: Any) -> type[Any] | None:
     return None
 
 
+def _single_struct_of(annotation: Any) -> type[Any]:
+    """The struct class of a struct field (`Struct`, maybe nullable)."""
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    args = [a for a in typing.get_args(annotation) if a is not type(None)] if union else []
+    (struct,) = [a for a in args or [annotation] if dataclasses.is_dataclass(a)]
+    return typing.cast(type[Any], struct)
+
+
 def _zero(field: dataclasses.Field[Any], annotation: Any) -> Any:
     kind = field.metadata.get("kafka_type")
     if kind in ("int8", "int16", "int32", "int64", "uint16", "uint32", "float64"):
@@ -296,7 +313,8 @@ def _zero(field: dataclasses.Field[Any], annotation: Any) -> Any:
 
 def fill(message: type[Any], values: Values) -> Any:
     """An instance of `message` (one version's class) from `values`, recursively: a struct
-    array is given as a list of value mappings; fields the class lacks are ignored."""
+    array is given as a list of value mappings, a struct as one; fields the class lacks are
+    ignored."""
     hints = typing.get_type_hints(message)
     given: dict[str, Any] = {}
     for field in dataclasses.fields(message):
@@ -306,6 +324,8 @@ def fill(message: type[Any], values: Values) -> Any:
             item = _struct_of(annotation)
             if item is not None and value is not None:
                 value = tuple(fill(item, v) for v in value)
+            elif isinstance(value, dict):  # a struct field (DescribeTopicPartitions' Cursor)
+                value = fill(_single_struct_of(annotation), value)
             elif isinstance(value, list):
                 value = tuple(value)
             given[field.name] = value

@@ -1,9 +1,10 @@
 """The group service on a real commit log: writes before answers, restarts (clean and not),
-tombstones, failed writes, real timers, and a clean stop."""
+tombstones, failed writes, a leadership that moves away, real timers, and a clean stop."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -18,7 +19,7 @@ from broker.groups import (
     OffsetCommitRequest,
     SyncRequest,
 )
-from broker.groups.persistence import GroupLog
+from broker.groups.persistence import GroupLog, GroupLogUnavailable
 from broker.protocol import ErrorCode as E
 from broker.storage.manager import CLEAN_SHUTDOWN_FILE
 
@@ -259,5 +260,95 @@ def test_stop_answers_parked_requests_and_leaves_no_task_behind(data_dir: Path) 
         assert not parked.done()
         await broker.stop()
         assert (await parked).error == E.not_coordinator
+
+    run(scenario)
+
+
+class Moved:
+    """A GroupLog in front of the real one for a node whose leadership of the partitions
+    moves away once `moved` is set: writes and loads are then refused as the node refuses
+    them (`GroupLogUnavailable`), and counted."""
+
+    def __init__(self, inner: GroupLog) -> None:
+        self.inner = inner
+        self.moved = False
+        self.replays_after = 0
+
+    async def append(
+        self, partition: int, records: Sequence[tuple[bytes, bytes | None]]
+    ) -> int | None:
+        if self.moved:
+            raise GroupLogUnavailable("this node no longer leads it (NOT_LEADER_OR_FOLLOWER)")
+        return await self.inner.append(partition, records)
+
+    async def replicated(self, partition: int, end_offset: int) -> bool:
+        return await self.inner.replicated(partition, end_offset)
+
+    def replay(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
+        if self.moved:
+            self.replays_after += 1
+            raise GroupLogUnavailable("this node does not lead it")
+        return self.inner.replay(partition)
+
+
+def test_a_write_after_the_leadership_moved_unloads_the_group_in_one_line(
+    data_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A controlled shutdown moves `__consumer_offsets` away while a member commits: as in
+    Kafka, the group is unloaded and its members told NOT_COORDINATOR (they find the new
+    coordinator), one line says so, with no traceback, and nothing is reloaded here."""
+
+    async def scenario() -> None:
+        broker = Broker(data_dir, group_log=Moved)
+        moved = broker.service_log
+        assert isinstance(moved, Moved)
+        await broker.service.start()
+        member = await stable_member(broker.service)
+        moved.moved = True
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="broker.groups"):
+            failed = await broker.service.commit_offsets(
+                commit("g", ("t", 0, 2), member=member, generation=1)
+            )
+            assert failed.errors == ((("t", 0), E.not_coordinator),)
+            beat = await broker.service.heartbeat(
+                HeartbeatRequest(group_id="g", member_id=member, generation_id=1)
+            )
+            assert beat == E.not_coordinator
+            await asyncio.sleep(0.05)  # a reload, were one started, would have run
+            assert not broker.service.serves(broker.service.partition_for("g"))
+            assert moved.replays_after == 0
+        said = [r for r in caplog.records if r.name.startswith("broker.groups")]
+        assert [r.exc_info for r in said] == [None], [r.getMessage() for r in said]
+        partition = broker.service.partition_for("g")
+        assert said[0].levelno == logging.INFO
+        assert f"__consumer_offsets-{partition}" in said[0].getMessage()
+        assert "NOT_COORDINATOR" in said[0].getMessage()
+        await broker.stop()
+
+    run(scenario)
+
+
+def test_a_load_after_the_leadership_moved_on_serves_nothing_in_one_line(
+    data_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The leadership came here and went again before the load ran (brokers stopping
+    together): the partition is not served, and one line says why, with no traceback."""
+
+    async def scenario() -> None:
+        broker = Broker(data_dir, group_log=Moved)
+        moved = broker.service_log
+        assert isinstance(moved, Moved)
+        await broker.service.start(())
+        moved.moved = True
+        with caplog.at_level(logging.INFO, logger="broker.groups"):
+            await broker.service.load(1)
+        assert not broker.service.serves(1)
+        said = [r for r in caplog.records if r.name.startswith("broker.groups")]
+        assert [(r.levelno, r.exc_info) for r in said] == [(logging.INFO, None)]
+        assert said[0].getMessage() == (
+            "not loading the groups of __consumer_offsets-1: this node does not lead it"
+        )
+        await broker.stop()
 
     run(scenario)

@@ -1,13 +1,18 @@
 """Leaders and ISRs as brokers come and go (the active controller's decisions): a fenced broker
 or one shutting down leads nothing and leaves every ISR, its partitions led by the next in-sync
-replica; the last in-sync replica stays, leaderless, and leads again when its broker returns.
+replica; the last in-sync replica becomes an eligible leader replica (KIP-966) of a leaderless
+partition, and leads again when its broker returns. Below `min.insync.replicas` the replicas
+that leave the ISR are eligible leaders; one that may have lost records (an unclean shutdown,
+a replaced disk) is not.
 A leader changes its ISR with AlterPartition, checked as Kafka checks it. Preferred elections
 (asked for with ElectLeaders, or the controller's rebalance) give a partition back to its first
 replica once it is in sync; unclean ones give a leaderless partition any live replica."""
 
 from __future__ import annotations
 
-from broker.metadata.brokers import Heartbeat, fence, heartbeat
+import uuid
+
+from broker.metadata.brokers import Heartbeat, Registration, fence, heartbeat, register
 from broker.metadata.controller import QuorumController, TopicRequest
 from broker.metadata.elections import (
     MAX_ELECTIONS_PER_REBALANCE,
@@ -23,7 +28,7 @@ from broker.metadata.elections import (
 )
 from broker.metadata.image import PartitionState
 from broker.protocol import ErrorCode
-from tests.unit.metadata.test_brokers import Cluster
+from tests.unit.metadata.test_brokers import CLUSTER, LISTENERS, Cluster
 
 
 def _cluster(brokers: int = 3) -> Cluster:
@@ -90,7 +95,9 @@ def test_the_last_in_sync_replica_stays_leaderless_and_leads_again_when_back() -
     cluster.commit(fence(cluster.image, [1]))
     for state in _partitions(cluster).values():
         assert state.leader == -1
-        assert state.isr == (1,)  # broker 1 was the last to have every committed record
+        # Broker 1 was the last to have every committed record: the ISR is empty and it is
+        # the partition's eligible leader replica, as in Kafka 4.1+.
+        assert (state.isr, state.elr) == ((), (1,))
 
     # Broker 3 returns first: it is not in sync, so it is not elected (no unclean election).
     _heartbeat(cluster, 3)
@@ -263,7 +270,7 @@ def test_an_unclean_election_gives_a_leaderless_partition_a_live_replica() -> No
     cluster = _cluster()
     for broker_id in (2, 3, 1):
         cluster.commit(fence(cluster.image, [broker_id]))
-    assert all(s.leader == -1 and s.isr == (1,) for s in _partitions(cluster).values())
+    assert all(s.leader == -1 and s.elr == (1,) for s in _partitions(cluster).values())
     _, results = elect_leaders(cluster.image, UNCLEAN, [("t", [0])])
     assert results[0].error == ErrorCode.eligible_leaders_not_available
 
@@ -335,7 +342,7 @@ def test_unclean_leader_election_enable_lets_an_out_of_sync_replica_lead() -> No
     other.commit(fence(other.image, [2]))
     other.commit(fence(other.image, [3]))
     other.commit(fence(other.image, [1], _allowed))
-    assert all(s.leader == -1 and s.isr == (1,) for s in _partitions(other).values())
+    assert all(s.leader == -1 and s.elr == (1,) for s in _partitions(other).values())
     _heartbeat(other, 2)  # unfenced without the rule: still leaderless
     assert all(s.leader == -1 for s in _partitions(other).values())
     records = elect_unclean(other.image, _allowed)
@@ -354,3 +361,167 @@ def test_a_returning_replica_leads_a_leaderless_partition_only_where_unclean_is_
     cluster.commit(records)
     for state in _partitions(cluster).values():
         assert (state.leader, state.isr) == (2, (2,))
+
+
+def _min_isr_two(_topic: str) -> int:
+    return 2
+
+
+def _fence(cluster: Cluster, broker_id: int) -> None:
+    """Its session ran out (it stopped): fenced, and a new process may register."""
+    cluster.commit(fence(cluster.image, [broker_id], min_isr=_min_isr_two))
+    cluster.sessions.end(broker_id)
+
+
+def _return(
+    cluster: Cluster,
+    broker_id: int,
+    *,
+    clean: bool = True,
+    log_dirs: tuple[uuid.UUID, ...] | None = None,
+) -> None:
+    """A new process of `broker_id` registers (after a clean stop, or not; with its old log
+    dirs, or `log_dirs`), catches up and is unfenced."""
+    old = cluster.image.registration(broker_id)
+    assert old is not None
+    request = Registration(
+        broker_id,
+        uuid.uuid4(),
+        CLUSTER,
+        LISTENERS,
+        log_dirs=old.log_dirs if log_dirs is None else log_dirs,
+        previous_broker_epoch=old.broker_epoch if clean else -1,
+    )
+    records, answer = register(
+        cluster.image,
+        cluster.sessions,
+        request,
+        cluster_id=CLUSTER,
+        next_offset=cluster.next_offset,
+        now_ms=0,
+        min_isr=_min_isr_two,
+    )
+    assert answer.error == ErrorCode.none
+    cluster.commit(records)
+    beat = Heartbeat(broker_id, answer.broker_epoch, cluster.next_offset)
+    cluster.commit(
+        heartbeat(cluster.image, cluster.sessions, beat, now_ms=0, min_isr=_min_isr_two)[0]
+    )
+
+
+def test_below_min_isr_the_replicas_that_leave_are_eligible_leaders() -> None:
+    cluster = _cluster()
+    state = _partitions(cluster)[0]
+    leader, second, third = state.leader, *[r for r in state.replicas if r != state.leader]
+    _fence(cluster, third)
+    assert (_partitions(cluster)[0].isr, _partitions(cluster)[0].elr) == (
+        tuple(r for r in state.replicas if r != third),
+        (),
+    ), "the ISR still has min.insync.replicas members: no ELR"
+    _fence(cluster, second)
+    after = _partitions(cluster)[0]
+    assert after.isr == (leader,)
+    assert set(after.elr) == {second}, "it left an ISR below min.insync.replicas"
+    _fence(cluster, leader)
+    after = _partitions(cluster)[0]
+    assert (after.leader, after.isr, set(after.elr)) == (-1, (), {leader, second})
+
+    _return(cluster, second)  # an eligible leader: it has every committed record
+    after = _partitions(cluster)[0]
+    assert (after.leader, after.isr, after.elr) == (second, (second,), (leader,))
+
+
+def test_a_replica_that_lost_its_disk_is_never_elected_and_the_eligible_one_is() -> None:
+    """The review's reproduction: the follower stops, then the leader, the last in-sync
+    replica; the leader's volume is replaced by an empty one. Kafka 4 elects the follower
+    when it returns; the empty replica never leads."""
+    cluster = _cluster()
+    state = _partitions(cluster)[0]
+    leader, follower, other = state.leader, *[r for r in state.replicas if r != state.leader]
+    _fence(cluster, other)
+    _fence(cluster, follower)
+    _fence(cluster, leader)
+    # A new, empty volume: no clean-shutdown marker, and a log dir of a new directory id.
+    _return(cluster, leader, clean=False, log_dirs=(uuid.uuid4(),))
+    after = _partitions(cluster)[0]
+    assert after.leader == -1, "the replica with the new disk must not lead"
+    assert leader not in after.elr
+    _return(cluster, follower)
+    after = _partitions(cluster)[0]
+    assert (after.leader, after.isr) == (follower, (follower,))
+
+
+def test_a_crashed_replica_leaves_the_elr_and_the_clean_one_leads() -> None:
+    cluster = _cluster()
+    state = _partitions(cluster)[0]
+    leader, follower, other = state.leader, *[r for r in state.replicas if r != state.leader]
+    _fence(cluster, other)
+    _fence(cluster, follower)
+    _fence(cluster, leader)
+    _return(cluster, leader, clean=False)  # no clean-shutdown marker: it may have lost some
+    assert _partitions(cluster)[0].leader == -1
+    assert leader not in _partitions(cluster)[0].elr
+    _return(cluster, follower)
+    assert _partitions(cluster)[0].leader == follower
+
+
+def test_with_no_eligible_replica_left_the_last_leader_leads_when_it_returns() -> None:
+    """Kafka's balanced recovery: the ISR and ELR both empty (every eligible replica crashed),
+    the last leader is elected when it comes back rather than leaving the partition without
+    a leader for good."""
+    cluster = _cluster()
+    for broker_id in (1, 2, 3):
+        _fence(cluster, broker_id)
+    before = _partitions(cluster)[0]
+    assert (before.leader, before.isr, before.last_known_elr) == (-1, (), (3,))
+    for broker_id in (1, 2):
+        _return(cluster, broker_id, clean=False)
+        assert _partitions(cluster)[0].leader == -1, "broker 3 is still an eligible leader"
+    _return(cluster, 3, clean=False)
+    after = _partitions(cluster)[0]
+    assert (after.leader, after.isr, after.elr, after.last_known_elr) == (3, (3,), (), ())
+
+
+def test_back_at_min_isr_the_elr_is_cleared() -> None:
+    cluster = _cluster()
+    state = _partitions(cluster)[0]
+    leader = state.leader
+    followers = [r for r in state.replicas if r != leader]
+    for follower in followers:
+        _fence(cluster, follower)
+    assert set(_partitions(cluster)[0].elr) == {followers[1]}
+    _return(cluster, followers[0])
+    grown = _isr_change(cluster, 0, (leader, followers[0]))
+    epoch = cluster.image.brokers[leader].epoch
+    records, error, _ = alter_isr(cluster.image, leader, epoch, [grown], _min_isr_two)
+    assert error == ErrorCode.none
+    cluster.commit(records)
+    assert (_partitions(cluster)[0].isr, _partitions(cluster)[0].elr) == (
+        (leader, followers[0])
+        if state.replicas.index(leader) < state.replicas.index(followers[0])
+        else (followers[0], leader),
+        (),
+    )
+
+
+def test_a_log_dir_gone_since_the_last_registration_counts_as_lost_records() -> None:
+    """KIP-858's signal on its own: the broker stopped cleanly, but one of the directories it
+    registered with is not among its directories now."""
+    cluster = _cluster()
+    state = _partitions(cluster)[0]
+    leader = state.leader
+    other = next(r for r in reversed(state.replicas) if r != leader)
+    disks = (uuid.uuid4(), uuid.uuid4())
+    _fence(cluster, other)
+    _return(cluster, other, log_dirs=disks)  # now registered with two directories
+    back = _isr_change(cluster, 0, tuple(r for r in state.replicas))
+    epoch = cluster.image.brokers[leader].epoch
+    cluster.commit(alter_isr(cluster.image, leader, epoch, [back], _min_isr_two)[0])
+    for broker_id in (r for r in state.replicas if r != other):
+        _fence(cluster, broker_id)
+    _fence(cluster, other)  # the last in sync: an eligible leader
+    assert other in _partitions(cluster)[0].elr
+    _return(cluster, other, log_dirs=disks[:1])
+    after = _partitions(cluster)[0]
+    assert other not in after.elr
+    assert after.leader != other

@@ -134,10 +134,18 @@ def _unwritable(image: MetadataImage, offset: int, record: MetadataRecord) -> st
 def _partition_problem(state: PartitionState) -> str | None:
     if len(set(state.replicas)) != len(state.replicas):
         return "has a replica twice"
-    if not set(state.isr) <= set(state.replicas) or not state.isr:
-        return "has an ISR that is empty or not within its replicas"
+    if not set(state.isr) <= set(state.replicas):
+        return "has an ISR not within its replicas"
+    if not state.isr and state.leader != NO_LEADER:
+        return "has a leader and an empty ISR"
     if state.leader != NO_LEADER and state.leader not in state.isr:
         return "has a leader out of its ISR"
+    if not set(state.elr) <= set(state.replicas) or set(state.elr) & set(state.isr):
+        return "has eligible leader replicas out of its replicas or in its ISR"
+    if not state.isr and not state.elr and not state.last_known_elr and state.leader == NO_LEADER:
+        # Some replica must be known to hold every committed record (KIP-966), unless an
+        # unclean shutdown took it out, and then the last leader is remembered.
+        return "has no ISR, no eligible leader and no last known leader"
     if not set(state.adding) | set(state.removing) <= set(state.replicas):
         return "reassigns replicas it does not have"
     return None

@@ -70,6 +70,7 @@ def _copy(leader: ReplicaManager, follower: ReplicaManager, replica_id: int = 2)
         min_one_batch=True,
         current_leader_epoch=mine.leader_epoch,
         last_fetched_epoch=mine.log.epochs.latest_epoch,
+        log_start_offset=mine.log.log_start_offset,
     )
     assert answer.error == ErrorCode.none
     assert answer.diverging_epoch is None

@@ -226,7 +226,7 @@ def test_an_invalid_record_names_its_index(open_log: LogOpener) -> None:
     log = open_log(COMPACTED)
     with pytest.raises(InvalidRecord, match="without key") as refused:
         log.append_as_leader(_keyless(), leader_epoch=0, now_ms=0)
-    assert refused.value.batch_index == 1
+    assert [error.batch_index for error in refused.value.record_errors] == [1]
     log.close(now_ms=1)
 
 

@@ -1,0 +1,190 @@
+"""A replica fetch that is not the follower's own, on the wire, against three combined Gregor
+nodes and three Apache Kafka 4.3 nodes (the Kafka run proves the scenario).
+
+A follower is paused (SIGSTOP): it stays registered and in the ISR, so the leader's high
+watermark stops where that follower last fetched from while acks=1 writes go on. A client then
+sends a hand-built Fetch v17 naming the paused broker in ReplicaState, from the leader's log
+end:
+
+- with a stale broker epoch (0: every registration's epoch is a later metadata offset), both
+  answer NOT_LEADER_OR_FOLLOWER and the high watermark stays (KIP-903; Kafka's
+  `Replica.updateFetchStateOrThrow`);
+- with no epoch (-1), Kafka takes the fetch as the follower's (it leaves forged replica fetches
+  to its ClusterAction ACL) and the high watermark moves past records the paused follower does
+  not have; Gregor, which has no authorizer, refuses it as well.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from broker.protocol import ApiKey, ErrorCode, build, request_type
+from broker.protocol.messages import request_module
+from broker.protocol.records import Record, build_batch
+from tests.support.clusters import KINDS, ThreeNodes, three_nodes
+from tests.support.requests import fill
+from tests.support.wire import call, now_ms, produce_values
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SETTINGS = {
+    "auto.leader.rebalance.enable": "false",
+    "broker.session.timeout.ms": "30000",
+}
+"""Leaders stay put; a paused follower stays registered (and unfenced) while the scenario runs,
+as it does in the ISR (`replica.lag.time.max.ms`, 30 s)."""
+TOPIC = "forged-fetches"
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ThreeNodes]:
+    with three_nodes(request.param, tmp_path_factory.mktemp(request.param), SETTINGS) as running:
+        yield running
+
+
+def _wait(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except Exception as exc:  # a node that is electing answers with errors
+            last = exc
+        else:
+            if last:
+                return last
+        time.sleep(0.25)
+    raise AssertionError(f"{what}: not within {timeout:.0f} s (last: {last!r})")
+
+
+def _address(cluster: ThreeNodes) -> tuple[str, int]:
+    host, port = cluster.bootstrap.split(",")[0].rsplit(":", 1)
+    return host, int(port)
+
+
+def _metadata(cluster: ThreeNodes) -> Any:
+    values = {"topics": [{"name": TOPIC}], "allow_auto_topic_creation": False}
+    return call(
+        _address(cluster), ApiKey.METADATA, 12, fill(request_type(ApiKey.METADATA, 12), values)
+    )
+
+
+def _in_sync(cluster: ThreeNodes) -> Any:
+    """The topic's metadata once its partition has a leader and all three replicas in sync."""
+    metadata = _metadata(cluster)
+    partition = metadata.topics[0].partitions[0]
+    if partition.error_code != ErrorCode.none or sorted(partition.isr_nodes) != [1, 2, 3]:
+        return None
+    return metadata
+
+
+def _latest(leader: tuple[str, int]) -> int:
+    """The leader's answer to ListOffsets v7 (LATEST): its high watermark."""
+    values = {
+        "replica_id": -1,
+        "topics": [
+            {
+                "name": TOPIC,
+                "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}],
+            }
+        ],
+    }
+    body = fill(request_type(ApiKey.LIST_OFFSETS, 7), values)
+    answer = call(leader, ApiKey.LIST_OFFSETS, 7, body).topics[0].partitions[0]
+    assert answer.error_code == ErrorCode.none, answer
+    return int(answer.offset)
+
+
+def _produce(leader: tuple[str, int], count: int, acks: int) -> int:
+    batch = build_batch([Record(i, now_ms(), None, b"v%d" % i) for i in range(count)])
+    values = produce_values(TOPIC, batch) | {"acks": acks}
+    body = fill(request_type(ApiKey.PRODUCE, 9), values)
+    answer = call(leader, ApiKey.PRODUCE, 9, body).responses[0].partition_responses[0]
+    assert answer.error_code == ErrorCode.none, answer
+    return int(answer.base_offset) + count
+
+
+def _forged_fetch(
+    leader: tuple[str, int], topic_id: uuid.UUID, replica_id: int, epoch: int, offset: int
+) -> Any:
+    """A Fetch v17 naming `replica_id` with `epoch` in ReplicaState, from `offset`."""
+    schema = request_module(ApiKey.FETCH, 17)
+    values = {
+        "replica_state": build(schema.ReplicaState, replica_id=replica_id, replica_epoch=epoch),
+        "max_wait": timedelta(0),
+        "min_bytes": 0,
+        "max_bytes": MiB,
+        "session_epoch": -1,
+        "topics": [
+            {
+                "topic_id": topic_id,
+                "partitions": [
+                    {
+                        "partition": 0,
+                        "current_leader_epoch": -1,
+                        "fetch_offset": offset,
+                        "last_fetched_epoch": -1,
+                        "log_start_offset": 0,
+                        "partition_max_bytes": MiB,
+                    }
+                ],
+            }
+        ],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
+    body = fill(request_type(ApiKey.FETCH, 17), values)
+    return call(leader, ApiKey.FETCH, 17, body).responses[0].partitions[0]
+
+
+def test_a_replica_fetch_with_a_stale_epoch_does_not_move_the_high_watermark(
+    cluster: ThreeNodes,
+) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for future in admin.create_topics([NewTopic(TOPIC, 1, 3)]).values():
+        future.result(30)
+    metadata = _wait("all three replicas in sync", lambda: _in_sync(cluster))
+    partition = metadata.topics[0].partitions[0]
+    brokers = {b.node_id: (b.host, b.port) for b in metadata.brokers}
+    leader = brokers[partition.leader_id]
+    follower = next(r for r in partition.replica_nodes if r != partition.leader_id)
+    topic_id = metadata.topics[0].topic_id
+
+    end = _produce(leader, 3, acks=-1)
+    _wait("the high watermark at 3", lambda: _latest(leader) == end == 3)
+    cluster.pause(follower)
+    try:
+        end = _produce(leader, 2, acks=1)
+        assert end == 5
+        time.sleep(1)  # the other follower has fetched the 2 records by now
+        assert _latest(leader) == 3  # the paused follower holds it
+
+        stale = _forged_fetch(leader, topic_id, follower, 0, end)
+        assert stale.error_code == ErrorCode.not_leader_or_follower
+        assert not stale.records
+        assert _latest(leader) == 3
+
+        unsaid = _forged_fetch(leader, topic_id, follower, -1, end)
+        if cluster.kind == "kafka":
+            # Kafka takes -1 unchecked: a client moved the high watermark past records the
+            # paused follower does not have.
+            assert unsaid.error_code == ErrorCode.none
+            assert _latest(leader) == 5
+        else:
+            assert unsaid.error_code == ErrorCode.not_leader_or_follower
+            assert _latest(leader) == 3
+    finally:
+        cluster.resume(follower)
+    # The follower itself, fetching again, moves it.
+    _wait("the high watermark at 5 once the follower fetches", lambda: _latest(leader) == 5)

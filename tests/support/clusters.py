@@ -1,0 +1,135 @@
+"""Three combined nodes (broker and controller each, node ids 1-3), whichever system runs them:
+Gregor's `gregor broker` processes or Apache Kafka's, behind one small interface, so that a
+scenario runs against both and the Kafka run proves the scenario before it judges Gregor.
+
+What it owns: starting the three, killing (SIGKILL), stopping (SIGTERM), pausing (SIGSTOP) and
+restarting one of them, and where each keeps its log dirs. Waiting for what the cluster says
+(ISR, leaders) is the scenarios' business: they ask through real clients."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import subprocess
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from broker.storage.meta_properties import read_meta_properties
+from tests.support.kafka_dist import (
+    KafkaBroker,
+    format_storage,
+    start_kafka_cluster,
+    stop_kafka_cluster,
+)
+from tests.support.nodes import Cluster, start_cluster, wait_for_brokers, wait_listening
+
+__all__ = ["KINDS", "ThreeNodes", "three_nodes"]
+
+KINDS = ("gregor", "kafka")
+
+
+@dataclass
+class ThreeNodes:
+    kind: str
+    bootstrap: str
+    _gregor: Cluster | None = None
+    _kafka: list[KafkaBroker] = field(default_factory=list)
+
+    def kill(self, node_id: int) -> None:
+        """SIGKILL: the node dies mid-flight, as in a crash or an OOM kill."""
+        if self._gregor is not None:
+            self._gregor.node(node_id).kill()
+        else:
+            process = self._kafka[node_id - 1].process
+            process.send_signal(signal.SIGKILL)
+            process.wait(10)
+
+    def pause(self, node_id: int) -> None:
+        """SIGSTOP: the node stays registered and in its ISRs until its session or
+        `replica.lag.time.max.ms` runs out, but answers and fetches nothing (a long GC pause, a
+        stalled disk) until `resume`."""
+        self._process(node_id).send_signal(signal.SIGSTOP)
+
+    def resume(self, node_id: int) -> None:
+        self._process(node_id).send_signal(signal.SIGCONT)
+
+    def _process(self, node_id: int) -> subprocess.Popen[Any]:
+        if self._gregor is not None:
+            return self._gregor.node(node_id).process
+        return self._kafka[node_id - 1].process
+
+    def stop(self, node_id: int) -> int:
+        """SIGTERM (a controlled shutdown); the exit code, 0 for a clean stop. (Kafka's JVM
+        exits with 143, 128 + SIGTERM, once its shutdown hooks are done: that is its 0.)"""
+        if self._gregor is not None:
+            return self._gregor.node(node_id).stop(timeout=60)
+        code = self._kafka[node_id - 1].stop()
+        return 0 if code == 128 + signal.SIGTERM else code
+
+    def restart(self, node_id: int) -> None:
+        """Start a stopped or killed node again on its log dirs; returns once it listens."""
+        if self._gregor is not None:
+            node = self._gregor.node(node_id)
+            node.restart()
+            wait_listening(node, timeout=60)
+        else:
+            self._kafka[node_id - 1].restart()
+
+    def running(self, node_id: int) -> bool:
+        if self._gregor is not None:
+            return self._gregor.node(node_id).process.poll() is None
+        return self._kafka[node_id - 1].process.poll() is None
+
+    def log_dir(self, node_id: int) -> Path:
+        """The node's (only) log dir."""
+        if self._gregor is not None:
+            return self._gregor.node(node_id).config.parent / "logs"
+        return self._kafka[node_id - 1].directory / "data"
+
+    def replace_disk(self, node_id: int) -> None:
+        """The stopped node's volume is replaced by an empty one, formatted again for the
+        cluster as a platform's tooling would (Gregor's node formats an empty dir itself when
+        given `--cluster-id`, as the operator's pods are; Kafka's with `kafka-storage format`).
+        The metadata log goes with it: these are combined nodes."""
+        assert not self.running(node_id), "replace the disk of a stopped node"
+        others = next(n for n in (1, 2, 3) if n != node_id)
+        found = read_meta_properties(self.log_dir(others))
+        assert found is not None
+        shutil.rmtree(self.log_dir(node_id))
+        if self._gregor is None:
+            broker = self._kafka[node_id - 1]
+            format_storage(broker.directory / "server.properties", found.cluster_id)
+
+    def log_tail(self, node_id: int) -> str:
+        if self._gregor is not None:
+            return self._gregor.node(node_id).log_tail()
+        return self._kafka[node_id - 1].log_tail()
+
+    def restart_stopped(self) -> None:
+        """Start again every node a scenario left stopped, so the next finds three."""
+        for node_id in (1, 2, 3):
+            if not self.running(node_id):
+                self.restart(node_id)
+
+
+@contextlib.contextmanager
+def three_nodes(
+    kind: str, directory: Path, extra: Mapping[str, str] | None = None
+) -> Iterator[ThreeNodes]:
+    if kind == "gregor":
+        cluster = start_cluster(directory, 3, 0, dict(extra or {}))
+        try:
+            # Each node answers from its own copy of the metadata: wait until all list all.
+            wait_for_brokers({b.node_id: b.port for b in cluster.brokers}, {1, 2, 3}, 60)
+            yield ThreeNodes(kind, ",".join(b.bootstrap for b in cluster.brokers), _gregor=cluster)
+        finally:
+            cluster.kill()
+    else:
+        brokers = start_kafka_cluster(directory, 3, extra)
+        try:
+            yield ThreeNodes(kind, ",".join(b.bootstrap for b in brokers), _kafka=brokers)
+        finally:
+            stop_kafka_cluster(brokers)
