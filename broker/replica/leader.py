@@ -264,15 +264,18 @@ class LeaderReplication(HostedPartitions):
         every follower that is alive (registered and unfenced). A live follower not heard from
         since this node leads counts as -1, so DeleteRecords waits for its next fetch; a fenced
         one does not hold it up, and cannot join the ISR again before it has taken the log
-        start (`follower_fetched`), unless it is an eligible leader replica (KIP-966): it may
-        lead without rejoining the ISR, so a DeleteRecords waits for it (and times out while
-        it is away), stricter than Kafka, whose fenced ELR members bring records back."""
+        start (`follower_fetched`), unless it may lead without rejoining: an eligible leader
+        replica (KIP-966), or one still in the ISR as this leader knows it (the controller
+        may have fenced it and moved it to the ELR already). A DeleteRecords waits for those
+        (and times out while they are away), stricter than Kafka, where they bring the
+        deleted records back when they lead."""
         lowest = partition.log.log_start_offset
         for replica in partition.state.replicas:
             if replica == self.node_id:
                 continue
             broker = self.image.brokers.get(replica)
-            if broker is None or (broker.fenced and replica not in partition.state.elr):
+            may_lead = replica in partition.state.elr or replica in partition.maximal_isr
+            if broker is None or (broker.fenced and not may_lead):
                 continue
             lowest = min(lowest, partition.follower_starts.get(replica, -1))
         return lowest

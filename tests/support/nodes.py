@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -41,7 +42,23 @@ __all__ = [
 ]
 
 
+_PORTS = range(20_000, 30_000)
+"""Where test listeners go: below Linux's ephemeral range (32768-60999), whose ports the
+kernel also hands to outgoing connections (a client connecting between the probe and the
+node's own bind took one: "address already in use"), and below Kubernetes' NodePort range
+(30000-32767), which kube-proxy's rules redirect on a machine running `make cluster`."""
+
+
 def free_port() -> int:
+    """A port nothing listens on now, outside the ephemeral range (`_PORTS`)."""
+    for _ in range(200):
+        port = random.choice(_PORTS)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])

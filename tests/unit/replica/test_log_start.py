@@ -169,8 +169,12 @@ def test_delete_records_times_out_with_kafkas_error_while_a_follower_lags(
 
 
 def test_a_fenced_follower_does_not_hold_delete_records_up(replicas: Replicas) -> None:
+    """Once out of the ISR (and not an eligible leader): it rejoins only with the log start."""
     _replicated(replicas, 20)
     replicas.fence(3)
+    shrunk = PartitionState((1, 2, 3), (1, 2), 1, 0, 1)
+    for manager in (replicas.leader, replicas.follower):
+        manager.apply(PartitionChanged(TOPIC, 0, shrunk))
     replicas.leader.delete_records("t", 0, 10)
     replicas.fetch()
     replicas.fetch()
@@ -195,3 +199,15 @@ def test_a_leader_that_stops_leading_tells_the_waiting_delete_records(
         return await asyncio.wait_for(waiting, 1)
 
     assert asyncio.run(scenario()) == (ErrorCode.not_leader_or_follower, -1)
+
+
+def test_a_fenced_follower_still_in_the_isr_holds_delete_records_up(replicas: Replicas) -> None:
+    """The controller may have fenced it and made it an eligible leader already: it may lead
+    without rejoining the ISR, so DeleteRecords waits for it (the simulation's seed 3965)."""
+    _replicated(replicas, 20)
+    replicas.fence(3)
+    replicas.leader.delete_records("t", 0, 10)
+    replicas.fetch()
+    replicas.fetch()
+    answer = asyncio.run(replicas.leader.wait_for_low_watermark("t", 0, 10, 0.05))
+    assert answer == (ErrorCode.request_timed_out, 0)

@@ -48,6 +48,8 @@ PINNED = {
     151: "a new leader's DeleteRecords is acknowledged before its live followers fetch",
     147: "a follower fenced during DeleteRecords rejoins the ISR and leads with the old start",
     69: "DeleteRecords acknowledged while a fenced eligible leader replica had not taken it",
+    3965: "DeleteRecords acknowledged while a fenced replica the leader still had in its ISR "
+    "had not taken it",
 }
 """Schedules that found a bug (issue 25), run whatever `GREGOR_REPLICA_SEEDS` says."""
 PINNED_LOST_DISKS = {
