@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
 .PHONY: install kcat helm host-packages kafka-dist run test test-unit test-integration test-e2e lint format clean \
-	bench-storage bench-broker bench-replicated bench-responsiveness bench-flood cluster cluster-down cluster-env cluster-build images crds
+	bench-storage bench-broker bench-replicated bench-responsiveness bench-flood bench-partitions cluster cluster-down cluster-env cluster-build images crds
 
 install: $(STAMP) kcat helm
 
@@ -80,6 +80,9 @@ bench-responsiveness: kafka-dist
 
 bench-flood: kafka-dist
 	$(BIN)/python -m bench.flood $(BENCH_ARGS)
+
+bench-partitions: kafka-dist
+	$(BIN)/python -m bench.partitions $(BENCH_ARGS)
 
 # A real single-node Kubernetes (kind if it works here, else built from the pinned release's Go
 # modules and started as host processes; needs root). Builds are cached in ~/.cache/gregor.

@@ -1,14 +1,15 @@
 """The `gregor` console script (the commands are DESIGN.md's contract).
 
 - `gregor broker --config server.properties [--override key=value …] [--cluster-id ID]` runs
-  one node.
+  one node, on log dirs `gregor format` formatted; `--cluster-id` checks they are that
+  cluster's. A node never formats its metadata log dir itself (`broker/node.py`).
 - `gregor local up [--brokers N] [--controllers C] [--data-dir DIR] [--port P]` runs a local
   cluster of N combined nodes, or of N brokers and C dedicated controllers (one node in this
   process; more as processes of their own, `broker/local.py`), and prints its bootstrap
   servers.
-- `gregor format --config server.properties --cluster-id ID [--ignore-formatted]` formats the
-  node's log dirs (Kafka's `kafka-storage format`): `meta.properties` with the cluster id, the
-  node id and a directory id of each dir's own.
+- `gregor format --config server.properties --cluster-id ID [--ignore-formatted]` formats a
+  new node's dirs, its metadata log dir and its log dirs (Kafka's `kafka-storage format`):
+  `meta.properties` with the cluster id, the node id and a directory id of each dir's own.
 - `gregor api-versions` prints the ApiVersions advertisement a node sends: each API it has a
   handler for, with its version range, exactly as on the wire.
 """
@@ -31,9 +32,9 @@ from broker.config import BrokerConfig, InvalidConfig
 from broker.handlers import HANDLED_APIS
 from broker.handlers.api_versions import advertisement
 from broker.local import run_local_cluster
-from broker.node import Node, NodeError
+from broker.node import Node, NodeError, new_cluster_id
 from broker.storage import StorageError
-from broker.storage.meta_properties import format_dirs, read_meta_properties
+from broker.storage.meta_properties import format_dirs, load_or_format, read_meta_properties
 from broker.storage.partition_metadata import encode_uuid
 
 log = logging.getLogger("gregor")
@@ -108,14 +109,18 @@ def _settle_the_heap() -> None:
 
 
 def _run_node(
-    config: BrokerConfig, banner: str | None = None, *, cluster_id: str | None = None
+    config: BrokerConfig,
+    banner: str | None = None,
+    *,
+    cluster_id: str | None = None,
+    config_path: str | None = None,
 ) -> int:
     _raise_open_files_limit()
     _return_large_buffers_to_the_system()
     _hand_the_gil_back_sooner()
 
     async def main() -> None:
-        node = Node(config, cluster_id=cluster_id)
+        node = Node(config, cluster_id=cluster_id, config_path=config_path)
         node.banner = banner
         await node.run_until_signalled(started=_settle_the_heap)
 
@@ -125,18 +130,18 @@ def _run_node(
 
 def _broker(args: argparse.Namespace) -> int:
     config = BrokerConfig.load(Path(args.config), _overrides(args.override))
-    return _run_node(config, cluster_id=args.cluster_id)
+    return _run_node(config, cluster_id=args.cluster_id, config_path=args.config)
 
 
 def _format(args: argparse.Namespace) -> int:
     config = BrokerConfig.load(Path(args.config), _overrides(args.override))
     formatted = format_dirs(
-        list(config.log_dirs),
+        config.storage_dirs,
         args.cluster_id,
         config.node_id,
         ignore_formatted=args.ignore_formatted,
     )
-    for log_dir in config.log_dirs:
+    for log_dir in config.storage_dirs:
         meta = read_meta_properties(log_dir)
         assert meta is not None
         assert meta.directory_id is not None
@@ -158,6 +163,9 @@ def _local_up(args: argparse.Namespace) -> int:
             "offsets.topic.replication.factor": "1",
         }
     )
+    # `gregor format --ignore-formatted` for the user: a new cluster in a new data dir, the
+    # same one again in a data dir that has it.
+    load_or_format(list(config.storage_dirs), config.node_id, None, new_cluster_id=new_cluster_id())
     banner = (
         f"Gregor is running: bootstrap servers localhost:{args.port} (data in {data_dir}).\n"
         f"Try: kcat -b localhost:{args.port} -L    Stop with Ctrl-C."
@@ -192,13 +200,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     broker.add_argument(
         "--cluster-id",
-        help="format empty log dirs for this cluster (as `kafka-storage format -t`): every node "
-        "of a cluster needs the same one; log dirs of another cluster are refused",
+        help="refuse to start unless the log dirs belong to this cluster (they are formatted "
+        "for it by `gregor format`, which a node never does for its metadata log dir itself)",
     )
     broker.set_defaults(run=_broker)
 
     format_ = commands.add_parser(
-        "format", help="format a node's log dirs for a cluster (as kafka-storage format)"
+        "format", help="format a new node's log dirs for a cluster (as kafka-storage format)"
     )
     format_.add_argument("--config", required=True, help="path to server.properties")
     format_.add_argument(

@@ -321,6 +321,22 @@ class BrokerConfig:
     def advertised(self) -> tuple[Listener, ...]:
         return self.advertised_listeners or self.listeners
 
+    @property
+    def metadata_dir(self) -> Path:
+        """Where the metadata log lives: `metadata.log.dir`, else the first of `log.dirs`."""
+        return self.metadata_log_dir or self.log_dirs[0]
+
+    @property
+    def storage_dirs(self) -> tuple[Path, ...]:
+        """Every dir with a `meta.properties`: the metadata log dir first, then the log dirs
+        (what `gregor format` formats, as `kafka-storage format` does)."""
+        return (self.metadata_dir, *(d for d in self.log_dirs if d != self.metadata_dir))
+
+    @property
+    def is_voter(self) -> bool:
+        """Whether this node is one of the static voters of the metadata quorum."""
+        return "controller" in self.process_roles and self.node_id in self.controller_quorum_voters
+
     def kafka_values(self) -> dict[str, str | None]:
         """The value the node runs with for each Kafka name it reads, written as Kafka writes
         it, set or not: what DescribeConfigs reports where `server.properties` is silent (a

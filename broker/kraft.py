@@ -28,6 +28,7 @@ controller role):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sys
@@ -112,6 +113,8 @@ class MetadataService:
             replication_factor=config.default_replication_factor,
         )
         self.subscribers: list[Callable[[Change], None]] = []
+        self._prepared: dict[int, MetadataRecord] = {}
+        """Entries decoded ahead of `apply`, by offset (`prepare`)."""
         self.load_failures: list[str] = []
         """What this node failed to act on locally (see the module docstring)."""
         self.load_error_count = 0
@@ -190,10 +193,17 @@ class MetadataService:
 
     # -- the quorum's state machine ----------------------------------------------------------
 
+    def prepare(self, offset: int, payload: bytes) -> None:
+        """Decode the entry ahead of `apply` (the driver does it in slices; the proposal's
+        records are then applied together). One that cannot be decoded fails in `apply`."""
+        with contextlib.suppress(Exception):
+            self._prepared[offset] = decode_record(payload)
+
     def apply(self, offset: int, payload: bytes) -> None:
-        record: MetadataRecord | None = None
+        record: MetadataRecord | None = self._prepared.pop(offset, None)
         try:
-            record = decode_record(payload)
+            if record is None:
+                record = decode_record(payload)
             change = self.image.apply(record, offset)
         except Exception as exc:
             what = type(record).__name__ if record is not None else _record_type(payload)
@@ -203,6 +213,7 @@ class MetadataService:
             self._notify(change)
 
     def load(self, payloads: Sequence[bytes], end_offset: int) -> None:
+        self._prepared.clear()
         try:
             records = [decode_record(payload) for payload in payloads]
             changes = self.image.load(records, end_offset - 1)
@@ -230,7 +241,8 @@ class MetadataService:
         )
 
     def snapshot(self) -> Iterable[bytes]:
-        return [encode_record(record) for record in self.image.snapshot_records()]
+        records = self.image.snapshot_records()  # now; encoded as the driver iterates
+        return (encode_record(record) for record in records)
 
     def _notify(self, change: Change) -> None:
         for subscriber in self.subscribers:
@@ -262,7 +274,8 @@ class MetadataService:
         """A broker's BrokerHeartbeat, decided and committed here (the active controller).
         The session is kept as the request arrives, before it waits for the controller's lock:
         a controller busy committing must not fence brokers whose heartbeats are queued
-        behind it (Kafka's BrokerHeartbeatTracker)."""
+        behind it (Kafka's BrokerHeartbeatTracker). A heartbeat that writes nothing does not
+        wait for the lock at all."""
         broker = self.image.brokers.get(request.broker_id)
         if (
             self.driver.is_active
@@ -271,6 +284,19 @@ class MetadataService:
             and not request.want_shut_down
         ):
             self.sessions.touch(request.broker_id, self._steady())
+            if not request.want_fence and (
+                not broker.fenced
+                or broker.in_controlled_shutdown
+                or request.metadata_offset < broker.epoch
+            ):
+                # Nothing to write (the broker stays as it is): answered now from the committed
+                # state, never behind another request's records waiting to commit and apply
+                # (a fence or unfence under way shows in the next answer).
+                records, answer = heartbeat(
+                    self.image, self.sessions, request, now_ms=self._steady()
+                )
+                if not records:
+                    return answer
         return await self._propose_at(
             lambda next_offset: heartbeat(
                 self.image,

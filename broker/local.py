@@ -10,9 +10,11 @@ Node k listens for clients on `port + k - 1` (a broker) and for the quorum on
 `port + 10000 + k - 1` (a voter), keeps its logs in `DATA_DIR/node-k` (a broker or combined
 node) or `DATA_DIR/controller-k` (a dedicated controller), its output in `node.log` there, and
 all share the cluster id kept in `DATA_DIR/cluster-id`, so a second `local up` on the same
-directory starts the same cluster again. `__consumer_offsets` is replicated three times (or N,
-if fewer). SIGINT or SIGTERM stops every node with a controlled shutdown, brokers before
-controllers; a node that dies on its own stops the others and the command fails, naming it.
+directory starts the same cluster again. Each node's dirs are formatted before it starts
+(`gregor format --ignore-formatted`): on the user's own laptop cluster an empty dir is always
+a new node's. `__consumer_offsets` is replicated three times (or N, if fewer). SIGINT or
+SIGTERM stops every node with a controlled shutdown, brokers before controllers; a node that
+dies on its own stops the others and the command fails, naming it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker.node import NodeError, new_cluster_id
+from broker.storage import StorageError
+from broker.storage.meta_properties import format_dirs
 
 __all__ = ["CONTROLLER_PORT_OFFSET", "run_local_cluster"]
 
@@ -151,6 +155,10 @@ def _spawn(
     }
     config = node.directory / "server.properties"
     config.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
+    try:
+        format_dirs([Path(properties["log.dirs"])], cluster_id, node.node_id, ignore_formatted=True)
+    except StorageError as exc:
+        raise NodeError(f"{node.name}: {exc}") from None
     with (node.directory / "node.log").open("ab") as output:
         return subprocess.Popen(
             [
@@ -160,7 +168,7 @@ def _spawn(
                 "broker",
                 "--config",
                 str(config),
-                f"--cluster-id={cluster_id}",
+                f"--cluster-id={cluster_id}",  # checked: the dirs are this cluster's
             ],
             stdout=output,
             stderr=subprocess.STDOUT,

@@ -1,9 +1,10 @@
 """A Gregor node: its log dirs, its listeners, its handlers, and its lifecycle.
 
-On first start a node formats its empty log dirs (`meta.properties` with the cluster id, its
-node id and a directory id, as `kafka-storage format` would, or `gregor format` before it);
-later starts refuse a log dir that belongs to another cluster or another node. SIGTERM stops
-the node cleanly and it exits 0.
+A node starts only on a formatted metadata log dir (`gregor format`, as `kafka-storage
+format`, gives each dir a `meta.properties` with the cluster id, the node id and a directory
+id): it never formats that one itself, since an empty one may be a lost one. It refuses a log
+dir that belongs to another cluster or another node, and formats its other empty log dirs,
+each with a new directory id (a replaced disk). SIGTERM stops the node cleanly and it exits 0.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import logging
 import signal
 import uuid
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 from broker.compaction import run_cleaner
@@ -36,9 +38,16 @@ from broker.replica import FetcherSettings, IsrSender, ReplicaFetchers, ReplicaM
 from broker.server import BoundListener, BrokerServer, Dispatcher
 from broker.storage import Log, LogManager, StorageError
 from broker.storage.manager import TopicPartition
-from broker.storage.meta_properties import DirIdentity, load_or_format
+from broker.storage.meta_properties import (
+    META_PROPERTIES,
+    NOT_FORMATTED,
+    DirIdentity,
+    NotFormatted,
+    load_formatted,
+)
+from broker.storage.partition_metadata import encode_uuid
 
-__all__ = ["Node", "NodeError", "format_log_dirs", "new_cluster_id"]
+__all__ = ["Node", "NodeError", "check_log_dirs", "new_cluster_id"]
 
 log = logging.getLogger(__name__)
 
@@ -67,21 +76,74 @@ def new_cluster_id() -> str:
             return found
 
 
-def format_log_dirs(config: BrokerConfig, cluster_id: str | None) -> DirIdentity:
-    """Check each log dir's `meta.properties` (this cluster, this node), format the empty
-    ones, and give each its directory id (`broker/storage/meta_properties.py`)."""
+def check_log_dirs(
+    config: BrokerConfig, cluster_id: str | None = None, *, config_path: str | None = None
+) -> DirIdentity:
+    """Check each dir's `meta.properties` (this node's; the cluster's, `cluster_id` if given),
+    format the empty log dirs other than the metadata log dir, and give each its directory id
+    (`broker/storage/meta_properties.py`). `config_path` is named in what to do when the
+    metadata log dir is not formatted."""
     try:
-        return load_or_format(
-            list(config.log_dirs), config.node_id, cluster_id, new_cluster_id=new_cluster_id()
+        identity = load_formatted(
+            config.metadata_dir, list(config.log_dirs), config.node_id, cluster_id
         )
+    except NotFormatted as exc:
+        raise NodeError(_not_formatted(config, exc.log_dir, cluster_id, config_path)) from None
     except StorageError as exc:
         raise NodeError(str(exc)) from None
+    for log_dir in identity.formatted:
+        log.warning(
+            "log dir %s was empty: formatted for cluster %s with a new directory.id %s (a "
+            "replaced disk: any replicas the old one held are lost here, and fetched again)",
+            log_dir,
+            identity.cluster_id,
+            encode_uuid(identity.directory_ids[log_dir]),
+        )
+    return identity
+
+
+def _not_formatted(
+    config: BrokerConfig, log_dir: Path, cluster_id: str | None, config_path: str | None
+) -> str:
+    """Why the node does not start on an unformatted metadata log dir, and what to do."""
+    command = (
+        f"gregor format --config {config_path or '<its server.properties>'} "
+        f"--cluster-id {cluster_id or '<the cluster id>'}"
+    )
+    said = (
+        f"the metadata log dir {log_dir} {NOT_FORMATTED}: it has no {META_PROPERTIES}. A new "
+        f"node's dirs are formatted once, before its first start: {command}. A node that ran "
+        "before and finds it empty has lost it (a replaced disk, a volume not mounted)"
+    )
+    if config.is_voter:
+        return said + (
+            f". Node {config.node_id} is a voter of the metadata quorum "
+            "(controller.quorum.voters): formatting its lost metadata log dir anew would let "
+            "it vote as a voter that lost its log, and a majority counted with it could elect "
+            "a leader without records the quorum committed. Recover the dir from a backup, or "
+            "replace the voter (a new node id in controller.quorum.voters on every node)."
+        )
+    if "controller" in config.process_roles:  # the only voter, without a quorum to rejoin
+        return said + ": formatted anew, the node starts a cluster with empty metadata."
+    return said + (
+        ": formatted anew, it comes back as a new directory, and the replicas it held are "
+        "fetched again from the other brokers that have them."
+    )
 
 
 class Node:
-    def __init__(self, config: BrokerConfig, *, cluster_id: str | None = None) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        cluster_id: str | None = None,
+        config_path: str | None = None,
+    ) -> None:
+        """`cluster_id`: the cluster the log dirs must belong to (they say which otherwise);
+        `config_path`: the node's server.properties, named in what the node says when it
+        cannot start."""
         self.config = config
-        identity = format_log_dirs(config, cluster_id)
+        identity = check_log_dirs(config, cluster_id, config_path=config_path)
         self.cluster_id = identity.cluster_id
         self.directory_ids = identity.directory_ids
         """Each log dir's directory id (KIP-858), registered with the controller."""
@@ -142,12 +204,21 @@ class Node:
             await self.controller_server.start()
         await metadata.start()
         image = metadata.image
-        self.logs.startup(
-            now_ms=now, configs={name: metadata.topic_log_config(name) for name in image.topics}
+        # On a thread: ten thousand logs take seconds to load, and the quorum (this node may
+        # be a voter) goes on being served meanwhile. Nothing else touches the logs yet.
+        await asyncio.to_thread(
+            self.logs.startup,
+            now_ms=now,
+            configs={name: metadata.topic_log_config(name) for name in image.topics},
         )
         self._logs_loaded = True
         replicas = self.replicas = ReplicaManager(
-            self.config.node_id, self.logs, image, metadata.topic_log_config, self.clock
+            self.config.node_id,
+            self.logs,
+            image,
+            metadata.topic_log_config,
+            self.clock,
+            create_in_background=True,
         )
         replicas.min_insync_replicas = metadata.min_insync_replicas
         for topic in image.topics.values():
@@ -171,7 +242,7 @@ class Node:
         )
         # Groups are served where their __consumer_offsets partition is led, and move with it.
         await groups.start(p for p in range(group_config.num_partitions) if self._leads_offsets(p))
-        metadata.subscribers.append(self._follow_offsets_leaders)
+        self._follow_offsets_partitions(metadata, group_config.num_partitions)
         self.state = NodeState(
             self.config, self.cluster_id, metadata, replicas, groups, clock=self.clock
         )
@@ -410,6 +481,15 @@ class Node:
         )
         return error == ErrorCode.none
 
+    def _follow_offsets_partitions(self, metadata: MetadataService, partitions: int) -> None:
+        """From now on, groups follow their partitions' leaders; those whose log is still
+        being created (found missing at start) are served once it exists."""
+        metadata.subscribers.append(self._follow_offsets_leaders)
+        assert self.replicas is not None
+        for partition in range(partitions):
+            if self.replicas.being_created((OFFSETS_TOPIC, partition)):
+                self._spawn(self._serve_offsets_partition(partition))
+
     def _follow_offsets_leaders(self, change: Change) -> None:
         """A `__consumer_offsets` partition led here now has its groups loaded (replayed from
         the log) and served; one led elsewhere now is unloaded, its members told
@@ -424,6 +504,8 @@ class Node:
         together) can move a leadership here and away again before a load would start."""
         groups = self.groups
         assert groups is not None
+        assert self.replicas is not None
+        await self.replicas.wait_created((OFFSETS_TOPIC, partition))
         leads, serves = self._leads_offsets(partition), groups.serves(partition)
         if leads and not serves:
             await groups.load(partition)
@@ -502,6 +584,8 @@ class Node:
         if self.metadata is not None:
             # Before the logs shut down: nothing applies committed metadata to them after.
             await self.metadata.close()
+        if self.replicas is not None:
+            await self.replicas.close()  # the logs it is creating, before the logs shut down
         if self.controller_server is not None:
             await self.controller_server.stop()
         if self._logs_loaded:

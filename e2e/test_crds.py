@@ -69,7 +69,7 @@ def test_the_examples_are_accepted_and_a_second_apply_changes_nothing(
         assert column in listed, listed
 
 
-CLUSTER, TOPIC = "kafkacluster.yaml", "topic.yaml"
+CLUSTER, COMBINED, TOPIC = "kafkacluster.yaml", "kafkacluster-combined.yaml", "topic.yaml"
 
 
 @pytest.mark.parametrize(
@@ -99,6 +99,16 @@ CLUSTER, TOPIC = "kafkacluster.yaml", "topic.yaml"
         ),
         (CLUSTER, {"brokers": {"replicas": 0}}, "should be greater than or equal to 1"),
         (CLUSTER, {"brokers": {"replicas": 3, "storage": {"size": "lots"}}}, "should match"),
+        (
+            CLUSTER,
+            {"controllers": {"replicas": 3, "storage": {"type": "ephemeral"}}},
+            "ephemeral storage is for brokers only: a voter's metadata log is lost with its pod",
+        ),
+        (
+            COMBINED,
+            {"combined": {"replicas": 1, "storage": {"type": "ephemeral"}}},
+            "the quorum cannot tell a replaced voter from the one it replaced",
+        ),
         (
             TOPIC,
             {"config": {"min.insync.replicas": 3}},

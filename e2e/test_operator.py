@@ -2,8 +2,9 @@
 one namespace of the local cluster, and this checks the objects it creates for a
 `KafkaCluster` (labels, owner references, the server-side apply field manager, probes), the
 status it writes, that it puts back what a user changes in an owned object while keeping what
-other tools add, that an invalid spec gets a condition and changes nothing, and that clients
-outside the cluster reach the brokers through NodePort and LoadBalancer listeners.
+other tools add, that an invalid spec gets a condition and changes nothing, that a voter whose
+volume is lost does not come back on a new one, and that clients outside the cluster reach
+the brokers through NodePort and LoadBalancer listeners.
 
 The operator cannot reach the brokers from outside the cluster (their DNS names resolve only
 inside it), so here a cluster is never called Ready: `BrokersUnreachable` is the honest answer.
@@ -135,6 +136,7 @@ def test_the_operator_creates_a_clusters_objects_and_keeps_them_as_the_spec_says
             "roles": ["broker", "controller"],
             "pod": f"{CLUSTER}-combined-0",
             "ready": True,
+            "formatted": True,
         }
     ]
     ready = condition(cluster, "Ready")
@@ -210,6 +212,53 @@ def test_an_invalid_spec_gets_a_condition_and_changes_nothing(
         namespace=namespace,
     )
     assert any("log.retention.ms" in e["message"] for e in json.loads(events)["items"])
+
+
+def test_a_voter_that_lost_its_volume_does_not_start_on_a_new_one(
+    operator: str, kubectl: Kubectl, namespace: str
+) -> None:
+    """The operator formats a new node's volume only. The combined node, a voter, runs on a
+    formatted volume; emptied (as a replaced volume is), its next pod formats nothing, its
+    node refuses to start, and the status says why and what to do; asked to format it
+    anyway, the operator refuses with a reason."""
+    apply_example(kubectl, namespace)
+    pod = f"{CLUSTER}-combined-0"
+
+    def formatted() -> bool:
+        status = (get(kubectl, namespace, "kafkacluster", CLUSTER) or {}).get("status") or {}
+        return status.get("readyNodes") == "1/1" and status["nodes"][0].get("formatted") is True
+
+    eventually("the node to run on its formatted volume", formatted, timeout=180)
+    kubectl("exec", pod, "--", "sh", "-c", "rm -rf /var/lib/gregor/log", namespace=namespace)
+    kubectl("delete", "pod", pod, "--wait=true", namespace=namespace)
+
+    def lost() -> dict[str, Any] | None:
+        found = condition(get(kubectl, namespace, "kafkacluster", CLUSTER) or {}, "Ready")
+        return found if found and found["reason"] == "VolumeNotFormatted" else None
+
+    message = eventually("the status to say the volume is lost", lost, timeout=180)["message"]
+    assert f"{pod} (node 0, a voter) finds its volume empty" in message, message
+    assert "restore the volume from a backup" in message, message
+
+    def said() -> str | None:
+        for previous in ((), ("--previous",)):  # the last run's output, while it waits or runs
+            try:
+                text = kubectl("logs", pod, *previous, namespace=namespace)
+            except AssertionError:
+                continue
+            if "/var/lib/gregor/log is not formatted" in text:
+                return text
+        return None
+
+    assert "Node 0 is a voter of the metadata quorum" in eventually("the node's refusal", said)
+    kubectl("annotate", "kafkacluster", CLUSTER, "gregor.dev/format-volumes=0", namespace=namespace)
+
+    def refused() -> dict[str, Any] | None:
+        found = condition(get(kubectl, namespace, "kafkacluster", CLUSTER) or {}, "ChangeRefused")
+        return found if found and found["reason"] == "FormatRefused" else None
+
+    refusal = eventually("the request to be refused", refused)["message"]
+    assert "node 0 is a voter of the metadata quorum" in refusal, refusal
 
 
 def test_topics_wait_for_their_cluster_and_an_invalid_one_says_why(

@@ -26,10 +26,19 @@ resigns leadership, if held (EndQuorumEpoch, so another voter leads at once), st
 and tells `on_fault`; the node's policy decides what follows (a voter exits, as Kafka's
 controllers do).
 
+Committed entries are applied by a task of their own (the applier), so that a big commit (one
+admin request of ten thousand partitions) never holds up the core: it goes on answering votes
+and fetches while the state machine catches up. The applier works in slices of
+`APPLY_SLICE_S`, yielding the event loop in between: the state machine prepares each entry
+(decodes it, which needs no state) in as many slices as it takes, and applies the entries of
+one proposal together, in one slice, so that nothing ever sees half of one (Kafka publishes
+its metadata image at batch boundaries too). A proposal is answered once its entries are
+applied; a leader is the active controller once it has applied every entry before its epoch.
+
 Snapshots are the driver's policy: once `metadata.log.max.record.bytes.between.snapshots`
-bytes of records have been applied since the last one, the state machine writes its state as
-of the last applied entry, the store writes it as a `.checkpoint`, and the core drops the log
-below it.
+bytes of records have been applied since the last one, the state machine gives its state as
+of the last applied entry, which is encoded and written as a `.checkpoint` on a thread, and
+the core drops the log below it.
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ import collections
 import contextlib
 import logging
 import random
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -77,6 +87,9 @@ log = logging.getLogger(__name__)
 _DEFAULT_TIMEOUTS = QuorumTimeouts()
 TICK_S = 0.05
 """How often the core sees the clock when nothing else happens."""
+APPLY_SLICE_S = 0.005
+"""How long the state machine applies committed entries before the event loop serves
+others."""
 _REPLY_OF: dict[type, type] = {
     Vote: VoteReply,
     Fetch: FetchReply,
@@ -103,6 +116,10 @@ class StateMachineFault(Exception):
 class StateMachine(Protocol):
     """What the committed entries build (the metadata image), as the driver sees it."""
 
+    def prepare(self, offset: int, payload: bytes) -> None:
+        """Do for the committed entry at `offset` what needs no state (decode it), before it
+        is applied; never changes the state."""
+
     def apply(self, offset: int, payload: bytes) -> None:
         """Apply the committed entry at `offset`. A local failure to act on an entry is the
         state machine's to report, never the commit's; raises `StateMachineFault` only when
@@ -113,7 +130,9 @@ class StateMachine(Protocol):
         may raise `StateMachineFault` as `apply` does."""
 
     def snapshot(self) -> Iterable[bytes]:
-        """The whole state as entries, as of the last entry applied."""
+        """The whole state as entries, as of the last entry applied. It is iterated on
+        another thread, while the state goes on changing: it must hold what it needs (the
+        records as they are now), encoding them as it is iterated."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +207,14 @@ class QuorumDriver:
         """The election state on disk: what every answer to a peer states."""
         self.applied = 0
         """Entries below this offset are applied to the state machine."""
+        self._committed = 0
+        """The high watermark the applier works towards."""
+        self._prepared = 0
+        """Entries below this offset are prepared (`StateMachine.prepare`)."""
+        self._to_apply = asyncio.Event()
+        self._applier: asyncio.Task[None] | None = None
+        self._fault: BaseException | None = None
+        """What stopped the applier: the driver's task stops on it."""
         self._bytes_since_snapshot = 0
         self._caught_up = asyncio.Event()
         self._active = asyncio.Event()
@@ -232,7 +259,9 @@ class QuorumDriver:
             self._core.log.start_offset,
             self._core.log.end_offset,
         )
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="quorum")
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._run(), name="quorum")
+        self._applier = loop.create_task(self._apply_committed(), name="quorum-applier")
         self._wakeup.set()
 
     async def resign(self) -> None:
@@ -272,6 +301,9 @@ class QuorumDriver:
         self._wakeup.set()
         await asyncio.gather(self._task, return_exceptions=True)
         self._task = None
+        if self._applier is not None:
+            self._applier.cancel()
+            await asyncio.gather(self._applier, return_exceptions=True)
         for task in list(self._calls):
             task.cancel()
         await asyncio.gather(*self._calls, return_exceptions=True)
@@ -471,6 +503,8 @@ class QuorumDriver:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wakeup.wait(), TICK_S)
                 self._wakeup.clear()
+                if self._fault is not None:
+                    raise self._fault
                 now = self._clock()
                 while self._inbox:
                     self._inbox.popleft()(now)
@@ -542,13 +576,16 @@ class QuorumDriver:
             if ready.install is not None and apply:
                 snapshot = ready.install
                 self._machine.load(read_snapshot(snapshot.data), snapshot.id.end_offset)
-                self.applied = snapshot.id.end_offset
+                self.applied = self._prepared = snapshot.id.end_offset
                 self._bytes_since_snapshot = 0
+                self._to_apply.set()  # the applier goes on from there
                 log.info("installed snapshot %s fetched from the leader", snapshot.id)
             for to, message in ready.messages:
                 self._send(to, message)
             if ready.high_watermark is not None and apply:
-                self._apply(core, ready.high_watermark)
+                self._committed = max(self._committed, ready.high_watermark)
+                self._to_apply.set()
+            if apply and self._fault is None:
                 await self._maybe_snapshot(core)
 
     def _persist(self, ready: Ready, raft_log: RaftLog, leader: int, wall: int) -> None:
@@ -568,14 +605,55 @@ class QuorumDriver:
         if ready.delete_before is not None:
             store.delete_before(ready.delete_before, wall)
 
-    def _apply(self, core: RaftNode, high_watermark: int) -> None:
-        start = max(self.applied, core.log.start_offset)
-        for offset in range(start, high_watermark):
-            entry = core.log[offset]
-            if not entry.control:
-                self._machine.apply(offset, entry.payload)
-                self._bytes_since_snapshot += len(entry.payload)
-        self.applied = max(self.applied, high_watermark)
+    async def _apply_committed(self) -> None:
+        """The applier: committed entries to the state machine, a slice at a time."""
+        core = self._core_or_fail()
+        while True:
+            await self._to_apply.wait()
+            self._to_apply.clear()
+            while self.applied < self._committed and self._fault is None and not self._left:
+                try:
+                    progressed = self._apply(core, self._committed)
+                except Exception as exc:  # a StateMachineFault, or a bug: the driver stops
+                    self._fault = exc
+                    progressed = True
+                self._wakeup.set()  # the driver's task sees how far it got
+                if not progressed:
+                    break  # a snapshot is being installed: the driver sets us off again
+                await asyncio.sleep(0)
+
+    def _apply(self, core: RaftNode, high_watermark: int) -> bool:
+        """For at most `APPLY_SLICE_S` (or one whole proposal), prepare committed entries up
+        to `high_watermark` and apply every proposal prepared whole; answer the proposals
+        applied. False if nothing can be done now (a snapshot is being installed)."""
+        if core.log.start_offset > self.applied:
+            return False  # the core has a snapshot the state machine is yet to load
+        end = min(high_watermark, core.log.end_offset)
+        self._prepared = max(self._prepared, self.applied)
+        deadline = time.perf_counter() + APPLY_SLICE_S
+        while self.applied < end:
+            while self._prepared < end:  # the rest of the proposal that starts at `applied`
+                entry = core.log[self._prepared]
+                if not entry.control:
+                    self._machine.prepare(self._prepared, entry.payload)
+                self._prepared += 1
+                if not entry.continued:
+                    break
+                if time.perf_counter() >= deadline:
+                    self._answer_applied(core)
+                    return True
+            for offset in range(self.applied, self._prepared):  # all of it, at once
+                entry = core.log[offset]
+                if not entry.control:
+                    self._machine.apply(offset, entry.payload)
+                    self._bytes_since_snapshot += len(entry.payload)
+            self.applied = self._prepared
+            if time.perf_counter() >= deadline:
+                break
+        self._answer_applied(core)
+        return True
+
+    def _answer_applied(self, core: RaftNode) -> None:
         while self._proposals and self._proposals[0].last_offset < self.applied:
             proposal = self._proposals.popleft()
             if proposal.done.done():
@@ -588,7 +666,9 @@ class QuorumDriver:
 
     def _follow_role(self, core: RaftNode) -> None:
         leading = core.role is Role.LEADER
-        active = leading and core.high_watermark > core.epoch_start
+        # Active once the entries before its epoch are committed and applied here.
+        start = core.epoch_start
+        active = leading and core.high_watermark > start and self.applied > start
         if active and not self._active.is_set():
             self._active.set()
         elif not active and self._active.is_set():
@@ -626,22 +706,31 @@ class QuorumDriver:
                 future.set_exception(error)
 
     async def _maybe_snapshot(self, core: RaftNode) -> None:
-        if self._bytes_since_snapshot < self._snapshot_bytes:
+        if self._bytes_since_snapshot < self._snapshot_bytes or self._fault is not None:
             return
         end = self.applied
         if end <= core.log.start_offset:
             return
         epoch = core.log.epoch_at(end - 1)
-        payloads = list(self._machine.snapshot())
+        entries = self._machine.snapshot()
         wall = self._wall_clock()
-        data = write_snapshot(
-            payloads, end_offset=end, epoch=epoch, last_timestamp=wall, now_ms=wall
-        )
-        # On disk first, then the core drops the log below it (nothing steps it meanwhile).
-        await asyncio.to_thread(self._store.save_snapshot, Snapshot(SnapshotId(end, epoch), data))
+        store = self._store
+
+        def encode_and_save() -> tuple[bytes, int]:
+            payloads = list(entries)
+            data = write_snapshot(
+                payloads, end_offset=end, epoch=epoch, last_timestamp=wall, now_ms=wall
+            )
+            store.save_snapshot(Snapshot(SnapshotId(end, epoch), data))
+            return data, len(payloads)
+
+        # Encoded and on disk first, then the core drops the log below it (nothing steps it
+        # meanwhile: this is the driver's task).
+        written = self._bytes_since_snapshot
+        data, count = await asyncio.to_thread(encode_and_save)
         snapshot_id = core.take_snapshot(end, data)
-        self._bytes_since_snapshot = 0
-        log.info("metadata snapshot %s written (%d records)", snapshot_id, len(payloads))
+        self._bytes_since_snapshot -= written  # what was applied meanwhile counts on
+        log.info("metadata snapshot %s written (%d records)", snapshot_id, count)
 
     # -- messages out ------------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ class HostedPartitions:
     on_role_change: Callable[[], None] | None
     """Told when this node starts or stops following some partition's leader (the replica
     fetchers then follow the new set)."""
+    _roles_update: asyncio.Handle | None
     min_insync_replicas: Callable[[str], int]
     """A topic's `min.insync.replicas` (the node resolves it through the broker's
     settings too: `MetadataService.min_insync_replicas`)."""
@@ -79,6 +80,20 @@ class HostedPartitions:
         return throttled is ALL_PARTITIONS or partition.index in throttled
 
     def _roles_changed(self) -> None:
+        """Tell `on_role_change` once the change under way is applied: a metadata change
+        that moves thousands of partitions tells it once, not once per partition (it looks
+        at every partition followed)."""
+        if self.on_role_change is None or self._roles_update is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a test driving the manager directly): at once
+            self.on_role_change()
+            return
+        self._roles_update = loop.call_soon(self._tell_roles)
+
+    def _tell_roles(self) -> None:
+        self._roles_update = None
         if self.on_role_change is not None:
             self.on_role_change()
 

@@ -20,9 +20,13 @@ partition's leader or ISR (the controller does: this node follows its metadata).
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from broker.metadata import (
     TOPIC_RESOURCE,
@@ -32,7 +36,7 @@ from broker.metadata import (
     TopicRemoved,
 )
 from broker.metadata.image import Change
-from broker.storage import LogConfig, LogManager, StorageError
+from broker.storage import Log, LogConfig, LogManager, StorageError, open_new_log
 
 from .appends import Appends
 from .follower import FollowerReplication
@@ -42,6 +46,14 @@ from .partition import Partition, TopicPartition
 from .quota import ReplicationQuota
 
 __all__ = ["ReplicaManager"]
+
+_Job = tuple[TopicPartition, Path, LogConfig, uuid.UUID, int]
+"""A log to create: its partition, directory, config, topic id and (if led here) epoch."""
+_CREATE_BATCH = 512
+"""New logs created per round (`ReplicaManager.create_in_background`)."""
+_CREATE_THREADS = 4
+"""Threads a round's logs are created on: mostly waiting for their fsyncs, which the disk
+commits together."""
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +68,7 @@ class ReplicaManager(FollowerReplication, Appends, LeaderReplication, Offsets):
         clock: Callable[[], int],
         *,
         steady_ms: Callable[[], int] = lambda: time.monotonic_ns() // 1_000_000,
+        create_in_background: bool = False,
     ) -> None:
         """Sets the fields `hosted`, `leader`, `appends` and `follower` declare (their
         docstrings there say what each is for)."""
@@ -72,6 +85,7 @@ class ReplicaManager(FollowerReplication, Appends, LeaderReplication, Offsets):
         self._trimmed = {}
         self.on_append = None
         self.on_role_change = None
+        self._roles_update = None
         self.on_isr_change = None
         self.min_insync_replicas = lambda topic: int(
             self._topic_setting(topic, "min.insync.replicas", "1")
@@ -80,12 +94,26 @@ class ReplicaManager(FollowerReplication, Appends, LeaderReplication, Offsets):
         self._steady = steady_ms
         self.leader_quota = ReplicationQuota()
         self.follower_quota = ReplicationQuota()
+        self.create_in_background = create_in_background
+        """Create new partitions' logs on a thread, in batches (the node's choice: creating
+        thousands at once takes seconds of directories and fsyncs, which must not stall the
+        event loop). Until its log exists a new partition answers NOT_LEADER_OR_FOLLOWER,
+        as one whose leader has not taken over yet. Off (tests): created at once."""
+        self._creating: dict[TopicPartition, PartitionChanged | None] = {}
+        """Partitions whose logs are being created in the background, with the newest change
+        that reached them meanwhile (None: no longer hosted here)."""
+        self._creator: asyncio.Task[None] | None = None
+        self._created: dict[TopicPartition, list[asyncio.Future[None]]] = {}
+        """Who waits for a partition's log to be created (`wait_created`)."""
+        self._closing = False
 
     def apply(self, change: Change) -> None:
         if isinstance(change, PartitionChanged):
             self._partition_changed(change)
         elif isinstance(change, TopicRemoved):
             for index in change.topic.partitions:
+                if (change.topic.name, index) in self._creating:
+                    self._creating[(change.topic.name, index)] = None
                 self.partitions.pop((change.topic.name, index), None)
                 self._delete_log((change.topic.name, index))
                 self._wake((change.topic.name, index))
@@ -96,6 +124,10 @@ class ReplicaManager(FollowerReplication, Appends, LeaderReplication, Offsets):
 
     def _partition_changed(self, change: PartitionChanged) -> None:
         key = (change.topic.name, change.partition)
+        if key in self._creating:
+            # Its log is being created: what it becomes is decided once it exists.
+            self._creating[key] = change if self.node_id in change.state.replicas else None
+            return
         if self.node_id not in change.state.replicas:
             if key in self.partitions:
                 del self.partitions[key]
@@ -130,15 +162,61 @@ class ReplicaManager(FollowerReplication, Appends, LeaderReplication, Offsets):
         try:
             # Under the topic's id: a directory of an earlier topic of the same name (deleted
             # and created again while this node was away) is set aside, never adopted.
+            found = self.logs.plan_log(*key, self._clock(), topic_id=change.topic.topic_id)
+            if isinstance(found, Path) and self.create_in_background:
+                self._creating[key] = change
+                if self._creator is None or self._creator.done():
+                    self._creator = asyncio.get_running_loop().create_task(
+                        self._create_in_background(), name="create-logs"
+                    )
+                return
             log_ = self.logs.create_log(
                 *key, self._clock(), self._log_config(key[0]), topic_id=change.topic.topic_id
             )
         except (OSError, StorageError) as exc:
-            # The metadata is committed whatever the disk says: this partition is offline
-            # here (out of descriptors, a full or failed disk) and the rest carries on.
-            log.error("cannot create the log of %s-%d, it is offline: %s", *key, exc)
-            self.logs.offline[key] = f"cannot create its log: {type(exc).__name__}: {exc}"
+            self._creation_failed(key, exc)
             return
+        self._install(change, log_)
+
+    def being_created(self, key: TopicPartition) -> bool:
+        return key in self._creating
+
+    async def wait_created(self, key: TopicPartition) -> None:
+        """Until the partition's log is no longer being created (it exists, or failed, or the
+        partition went meanwhile): what follows a metadata change that needs the partition
+        hosted (the group coordinator loading `__consumer_offsets`) waits for it."""
+        if key not in self._creating:
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._created.setdefault(key, []).append(done)
+        await done
+
+    def _tell_created(self, key: TopicPartition) -> None:
+        for done in self._created.pop(key, ()):
+            if not done.done():
+                done.set_result(None)
+
+    async def close(self) -> None:
+        """Stop creating logs: the batch on its thread is finished and taken in, the rest
+        is left to the metadata the next start applies."""
+        self._closing = True
+        if self._creator is not None:
+            await asyncio.gather(self._creator, return_exceptions=True)
+        for key in list(self._created):
+            self._tell_created(key)
+
+    def _creation_failed(self, key: TopicPartition, exc: Exception) -> None:
+        # The metadata is committed whatever the disk says: this partition is offline
+        # here (out of descriptors, a full or failed disk) and the rest carries on.
+        log.error("cannot create the log of %s-%d, it is offline: %s", *key, exc)
+        self.logs.offline[key] = f"cannot create its log: {type(exc).__name__}: {exc}"
+
+    def _install(self, change: PartitionChanged, log_: Log) -> None:
+        key = (change.topic.name, change.partition)
+        # The topic's configs as they are now (they may have changed since the log was
+        # planned: a CreateTopics's configs are applied after its partitions).
+        log_.update_config(self._log_config(key[0]))
+        min_isr = min(self.min_insync_replicas(key[0]), len(change.state.replicas))
         partition = Partition(key[0], key[1], log_, change.state, self.node_id, min_isr=min_isr)
         partition.leader_since_ms = self._steady()
         partition.leader_start_offset = log_.log_end_offset
@@ -152,6 +230,87 @@ class ReplicaManager(FollowerReplication, Appends, LeaderReplication, Offsets):
         self.partitions[key] = partition
         if not partition.is_leader:
             self._roles_changed()
+
+    async def _create_in_background(self) -> None:
+        """Create the logs `_creating` waits for, `_CREATE_BATCH` at a time on
+        `_CREATE_THREADS` threads (a leader's first epoch goes in its checkpoint there too),
+        then take each in with the newest change that reached its partition meanwhile."""
+        started, count = time.monotonic(), 0
+        while self._creating and not self._closing:
+            now = self._clock()
+            jobs = self._plan_round(now)
+            if not jobs:
+                continue
+            expiration_ms = self.logs.producer_id_expiration_ms
+            chunks = [jobs[i::_CREATE_THREADS] for i in range(min(_CREATE_THREADS, len(jobs)))]
+            done = await asyncio.gather(
+                *(asyncio.to_thread(_open_logs, c, now, expiration_ms) for c in chunks)
+            )
+            for chunk, results in zip(chunks, done, strict=True):
+                for (key, _, _, topic_id, _), result in zip(chunk, results, strict=True):
+                    self._take_in(key, topic_id, result)
+                    count += 1
+        if count:
+            log.info(
+                "created the logs of %d partitions in %.1f s", count, time.monotonic() - started
+            )
+
+    def _plan_round(self, now: int) -> list[_Job]:
+        """The next round's logs to create; what needs none (gone, failed, found) is settled
+        here."""
+        jobs: list[_Job] = []
+        for key, change in list(itertools.islice(self._creating.items(), _CREATE_BATCH)):
+            if change is None:
+                del self._creating[key]
+                self.logs.drop_plan(*key)
+                self._tell_created(key)
+                continue
+            try:
+                target = self.logs.plan_log(*key, now, topic_id=change.topic.topic_id)
+            except (OSError, StorageError) as exc:
+                del self._creating[key]
+                self.logs.drop_plan(*key)
+                self._creation_failed(key, exc)
+                self._tell_created(key)
+                continue
+            if isinstance(target, Log):  # it exists after all
+                del self._creating[key]
+                self._install(change, target)
+                self._tell_created(key)
+                continue
+            state = change.state
+            epoch = state.leader_epoch if state.leader == self.node_id else -1
+            jobs.append((key, target, self._log_config(key[0]), change.topic.topic_id, epoch))
+        return jobs
+
+    def _take_in(self, key: TopicPartition, topic_id: uuid.UUID, result: Log | Exception) -> None:
+        """A log created in the background (or what prevented it), taken in as the newest
+        change that reached its partition meanwhile says."""
+        latest = self._creating.pop(key, None)
+        created, error = (result, None) if isinstance(result, Log) else (None, result)
+        if created is not None:
+            self.logs.adopt_log(created)
+            log_dir = created.directory.parent
+            if log_dir in self.logs.offline_dirs:
+                self._delete_log(key)
+                created, error = None, StorageError(f"its log dir {log_dir} went offline")
+        else:
+            self.logs.drop_plan(*key)
+        if latest is not None and latest.topic.topic_id != topic_id:
+            # The topic was deleted and created again meanwhile: this log (if any) is the old
+            # one's, and the new one's partition starts over.
+            if created is not None:
+                self._delete_log(key)
+            self._partition_changed(latest)
+        elif error is not None:
+            if latest is not None:
+                self._creation_failed(key, error)
+        elif latest is None or created is None:
+            self._delete_log(key)  # gone meanwhile
+        else:
+            self._install(latest, created)
+        if key not in self._creating:
+            self._tell_created(key)
 
     def _new_leader(self, partition: Partition) -> None:
         """The partition's leader or leader epoch changed. A new leader starts with no
@@ -221,3 +380,29 @@ class ReplicaManager(FollowerReplication, Appends, LeaderReplication, Offsets):
                     )
                 except (OSError, StorageError) as exc:
                     log.error("cannot set aside the stray log of %s-%d: %s", topic, index, exc)
+
+
+def _open_logs(
+    jobs: list[_Job],
+    now_ms: int,
+    producer_id_expiration_ms: int,
+) -> list[Log | Exception]:
+    """On a thread: each job's new log (or what prevented it); a leader's first epoch goes in
+    its checkpoint at once."""
+    created: list[Log | Exception] = []
+    for _, directory, config, topic_id, leader_epoch in jobs:
+        try:
+            log_ = open_new_log(
+                directory,
+                config,
+                now_ms,
+                topic_id=topic_id,
+                producer_id_expiration_ms=producer_id_expiration_ms,
+            )
+            if leader_epoch >= 0:
+                log_.epochs.assign(leader_epoch, log_.log_end_offset)
+        except Exception as exc:  # a disk's refusal, or a file it left unreadable
+            created.append(exc)
+            continue
+        created.append(log_)
+    return created

@@ -23,7 +23,7 @@ from .errors import (
     StorageError,
 )
 from .log import AppendInfo, Log, PendingAppend
-from .manager import LogManager
+from .manager import LogManager, open_new_log
 from .segments import FileSlice, LogSegment, PinnedSlice
 
 __all__ = [
@@ -47,4 +47,5 @@ __all__ = [
     "ProducerStateError",
     "RecordTooLarge",
     "StorageError",
+    "open_new_log",
 ]

@@ -12,6 +12,13 @@ to the old directory are gone, however the new one is named.
 
 What it owns: reading, writing (atomically, fsynced) and checking the file. What it must
 never do: decide whether a node may format (the node and `gregor format` do) or read a clock.
+
+Formatting is explicit, as in Kafka: `gregor format` (`format_dirs`) formats a new node's dirs;
+a node's start (`load_formatted`) refuses a metadata log dir that has no `meta.properties`,
+since an empty one there is a new node's or a lost one's and only the operator of the node
+can say which (Kafka's REQUIRE_METADATA_LOG_DIR). Its other empty log dirs are formatted at
+start with a new directory id: a replaced JBOD disk comes back as a new directory, and the
+controller takes the replicas it had on the old one as lost.
 """
 
 from __future__ import annotations
@@ -28,9 +35,12 @@ from .partition_metadata import decode_uuid, encode_uuid
 
 __all__ = [
     "META_PROPERTIES",
+    "NOT_FORMATTED",
     "DirIdentity",
     "MetaProperties",
+    "NotFormatted",
     "format_dirs",
+    "load_formatted",
     "load_or_format",
     "new_directory_id",
     "read_meta_properties",
@@ -51,12 +61,29 @@ class MetaProperties:
     """None: written by a Gregor from before directory ids (given one at its next start)."""
 
 
+NOT_FORMATTED = "is not formatted"
+"""What a node says of a metadata log dir without `meta.properties` (the operator looks for it
+in a pod's last words)."""
+
+
+class NotFormatted(StorageError):
+    """The metadata log dir has no `meta.properties`: a new node's, not formatted yet, or the
+    replacement of a lost one."""
+
+    def __init__(self, log_dir: Path) -> None:
+        super().__init__(f"{log_dir} {NOT_FORMATTED} (it has no {META_PROPERTIES})")
+        self.log_dir = log_dir
+
+
 @dataclass(frozen=True, slots=True)
 class DirIdentity:
     """What a node's log dirs say it is, once checked."""
 
     cluster_id: str
     directory_ids: dict[Path, uuid.UUID]
+    """Each log dir's directory id (the metadata log dir's too, when it is a log dir)."""
+    formatted: tuple[Path, ...] = ()
+    """The empty log dirs this start formatted, each with a new directory id."""
 
 
 def new_directory_id() -> uuid.UUID:
@@ -151,36 +178,33 @@ def _check(log_dir: Path, found: MetaProperties, cluster_id: str | None, node_id
         )
 
 
-def load_or_format(
-    log_dirs: Sequence[Path], node_id: int, cluster_id: str | None, *, new_cluster_id: str
+def load_formatted(
+    metadata_dir: Path, log_dirs: Sequence[Path], node_id: int, cluster_id: str | None = None
 ) -> DirIdentity:
-    """A node's start: check every dir's `meta.properties` (one cluster, this node), give a
-    directory id to a dir formatted before directory ids, and format the empty dirs with the
-    cluster id (`cluster_id`, else the one the others have, else `new_cluster_id`), each
-    with a new directory id."""
-    found: dict[Path, MetaProperties] = {}
-    for log_dir in log_dirs:
-        meta = read_meta_properties(log_dir)
-        if meta is not None:
-            found[log_dir] = meta
-    clusters = {meta.cluster_id for meta in found.values()}
-    if len(clusters) > 1:
-        raise StorageError(f"log dirs belong to different clusters: {sorted(clusters)}")
-    existing = next(iter(clusters), None)
-    if existing and cluster_id and existing != cluster_id:
-        raise StorageError(
-            f"log dir belongs to cluster {existing}, not {cluster_id}; refusing to start"
-        )
+    """A node's start (Kafka's REQUIRE_METADATA_LOG_DIR and REQUIRE_AT_LEAST_ONE_VALID): the
+    metadata log dir must be formatted (NotFormatted otherwise); every formatted dir must be
+    this node's and one cluster's (`cluster_id` if given, else the metadata log dir's); a dir
+    formatted before directory ids is given one; an empty log dir is formatted with the
+    cluster id and a new directory id. A dir with data and no `meta.properties`, and two dirs
+    with one directory id (one copied from the other), are refused (StorageError)."""
+    dirs = [metadata_dir, *(d for d in log_dirs if d != metadata_dir)]
+    found = {d: meta for d in dirs if (meta := read_meta_properties(d)) is not None}
+    anchor = found.get(metadata_dir)
+    if anchor is None:
+        raise NotFormatted(metadata_dir)
     for log_dir, meta in found.items():
-        _check(log_dir, meta, None, node_id)
-    chosen = existing or cluster_id or new_cluster_id
+        _check(log_dir, meta, cluster_id or anchor.cluster_id, node_id)
     ids: dict[Path, uuid.UUID] = {}
-    for log_dir in log_dirs:
+    formatted = []
+    for log_dir in dirs:
         meta = found.get(log_dir)
         if meta is None:
-            format_dirs([log_dir], chosen, node_id)
-            meta = read_meta_properties(log_dir)
-            assert meta is not None
+            log_dir.mkdir(parents=True, exist_ok=True)
+            if not _empty(log_dir):
+                raise StorageError(f"{log_dir} is not empty and has no {META_PROPERTIES}")
+            meta = MetaProperties(anchor.cluster_id, node_id, new_directory_id())
+            _write(log_dir, meta)
+            formatted.append(log_dir)
         elif meta.directory_id is None:
             meta = MetaProperties(meta.cluster_id, meta.node_id, new_directory_id())
             _write(log_dir, meta)
@@ -191,4 +215,19 @@ def load_or_format(
             "two log dirs have the same directory.id (one was copied from the other): "
             + ", ".join(str(d) for d in ids)
         )
-    return DirIdentity(chosen, ids)
+    return DirIdentity(anchor.cluster_id, {d: ids[d] for d in log_dirs}, tuple(formatted))
+
+
+def load_or_format(
+    log_dirs: Sequence[Path], node_id: int, cluster_id: str | None, *, new_cluster_id: str
+) -> DirIdentity:
+    """`gregor format --ignore-formatted`, then a start, for a node that is new whenever its
+    dirs are empty (`gregor local up`'s single node, a simulation's broker): the cluster id is
+    `cluster_id`, else the one the formatted dirs have, else `new_cluster_id`. The first dir
+    holds the metadata log."""
+    clusters = {meta.cluster_id for d in log_dirs if (meta := read_meta_properties(d)) is not None}
+    if len(clusters) > 1:
+        raise StorageError(f"log dirs belong to different clusters: {sorted(clusters)}")
+    chosen = cluster_id or next(iter(clusters), None) or new_cluster_id
+    format_dirs(log_dirs, chosen, node_id, ignore_formatted=True)
+    return load_formatted(log_dirs[0], log_dirs, node_id, chosen)

@@ -260,6 +260,8 @@ def _reconcile_once(body: kopf.Body) -> Plan:
             adapter.delete_service(namespace, gone)
     if found.restart is not None:
         adapter.delete_pod(namespace, found.restart.pod)
+    if found.annotations:
+        adapter.patch_annotations("kafkaclusters", namespace, name, found.annotations)
     _write_status(body, "kafkaclusters", found)
     return found
 

@@ -105,6 +105,7 @@ class Kube:
                     revision=(pod.metadata.labels or {}).get("controller-revision-hash"),
                     deleting=pod.metadata.deletion_timestamp is not None,
                     stuck=_stuck(pod),
+                    last_error=_last_error(pod),
                 )
             )
         found_services: list[Any] = self.core.list_namespaced_service(
@@ -124,6 +125,19 @@ class Kube:
                 return None
             raise
         return dict(found)
+
+    def patch_annotations(
+        self, plural: str, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> None:
+        """Set (or, with None, remove) annotations of one of the operator's resources."""
+        client.CustomObjectsApi(self.api).patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            namespace,
+            plural,
+            name,
+            {"metadata": {"annotations": dict(annotations)}},
+        )
 
     def patch_status(self, plural: str, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Merge `status` into the resource's status subresource."""
@@ -198,6 +212,24 @@ def _ready_for(pod: Any, now: datetime.datetime) -> float:
             since = condition.last_transition_time
             return max(0.0, (now - since).total_seconds()) if since is not None else float("inf")
     return 0.0
+
+
+NODE_SAYS = "gregor: "
+"""How `gregor` begins the line that says why it stopped (`broker/cli.py`)."""
+
+
+def _last_error(pod: Any) -> str | None:
+    """The line in which the pod's node said why it last refused to start: its container's
+    termination message, the end of its log (`FallbackToLogsOnError`)."""
+    statuses = (pod.status.container_statuses if pod.status else None) or []
+    for container in statuses:
+        for state in (container.state, container.last_state):
+            terminated = state.terminated if state is not None else None
+            message = terminated.message if terminated is not None else None
+            said = [line for line in (message or "").splitlines() if line.startswith(NODE_SAYS)]
+            if said:
+                return said[-1].removeprefix(NODE_SAYS).strip()
+    return None
 
 
 def _stuck(pod: Any) -> str | None:

@@ -44,6 +44,7 @@ __all__ = [
     "User",
     "UserSpec",
     "UserStatus",
+    "VoterPool",
     "problems",
 ]
 
@@ -134,8 +135,10 @@ class Storage(Model):
     """Where a node keeps its log dir."""
 
     type: Literal["persistent-claim", "ephemeral"] = "persistent-claim"
-    """`persistent-claim`: a PersistentVolumeClaim per pod, kept across restarts;
-    `ephemeral`: an emptyDir, lost with the pod (for tests and laptops)."""
+    """`persistent-claim`: a PersistentVolumeClaim per pod, kept across restarts and
+    formatted for a new node only. `ephemeral`: an emptyDir, lost with the pod and formatted
+    anew at every start; brokers only (each start is a new directory, its replicas fetched
+    again)."""
     size: Annotated[Quantity, StringConstraints(pattern=r"^[0-9]")] = "10Gi"
     """The claim's size, a Kubernetes quantity."""
     storage_class: str | None = None
@@ -156,6 +159,35 @@ class NodePool(Model):
     """How many nodes. Each gets a stable node id from its pod's ordinal."""
     storage: Storage = Storage()
     resources: Resources | None = None
+
+
+EPHEMERAL_VOTERS = (
+    "ephemeral storage is for brokers only: a voter's metadata log is lost with its pod, and "
+    "the quorum cannot tell a replaced voter from the one it replaced (use persistent-claim)"
+)
+
+
+class VoterPool(NodePool):
+    """A StatefulSet of nodes that are voters of the metadata quorum (controllers, or
+    combined nodes): their storage must outlive their pods."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.storage) || !has(self.storage.type) "
+                    "|| self.storage.type != 'ephemeral'",
+                    "message": EPHEMERAL_VOTERS,
+                }
+            ]
+        }
+    )
+
+    @model_validator(mode="after")
+    def _persistent(self) -> VoterPool:
+        if self.storage.type == "ephemeral":
+            raise ValueError(EPHEMERAL_VOTERS)
+        return self
 
 
 RESERVED_LISTENER_NAMES = ("bootstrap", "broker", "combined", "controller", "node", "nodes")
@@ -287,11 +319,13 @@ class KafkaClusterSpec(Model):
     """The broker image; the one released with the operator if unset."""
     version: Annotated[str, StringConstraints(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")] | None = None
     """The Gregor version the image runs, for status and upgrades (informational for now)."""
-    combined: NodePool | None = None
+    combined: VoterPool | None = None
     """Nodes that are both controller and broker (`process.roles=broker,controller`): small
-    clusters. An odd number (1 or 3) keeps the quorum's majority meaningful."""
-    controllers: NodePool | None = None
-    """Dedicated KRaft controllers (`process.roles=controller`), with `brokers`."""
+    clusters. An odd number (1 or 3) keeps the quorum's majority meaningful. Voters: their
+    storage cannot be `ephemeral`."""
+    controllers: VoterPool | None = None
+    """Dedicated KRaft controllers (`process.roles=controller`), with `brokers`. Voters: their
+    storage cannot be `ephemeral`."""
     brokers: NodePool | None = None
     """Broker-only nodes (`process.roles=broker`), with `controllers`."""
     listeners: list[Listener] = Field(
@@ -347,6 +381,10 @@ class NodeStatus(Model):
     addresses: dict[str, str] | None = None
     """The address the broker advertises on each external listener, as its pod (`podUid`)
     started with it."""
+    formatted: bool | None = None
+    """The node has run on its formatted volume: if that volume is lost, the operator formats
+    no new one (the node does not start) unless told to by the `gregor.dev/format-volumes`
+    annotation, for brokers only."""
 
 
 class KafkaClusterStatus(Status):

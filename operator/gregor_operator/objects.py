@@ -8,7 +8,10 @@ ordinal, its advertised listeners from its DNS name. What it must never do: read
 or decide when to apply or restart anything (`planner` does), or call Kubernetes.
 
 Every node of a pool runs the same server.properties; the only per-pod properties,
-`node.id` and `advertised.listeners`, come from the pod's own name when it starts. An external
+`node.id` and `advertised.listeners`, come from the pod's own name when it starts. A pod
+formats its volume (`gregor format`) only for a node id its pool's ConfigMap does not list as
+formatted already (a new node), or always on an ephemeral volume; a known node whose volume
+is empty then does not start (ADR 0023). An external
 listener (`nodeport`, `loadbalancer`) gets a Service per broker and one to bootstrap from; the
 address each broker advertises on it (its node's address and its Service's node port, or its
 load balancer's address) is known only once Kubernetes has allocated it, and is written into
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -32,6 +35,7 @@ __all__ = [
     "BROKER_ROLES",
     "CONTROLLER_PORT",
     "EXTERNAL_LABEL",
+    "FORMATTED_FILE",
     "METRICS_PORT",
     "NODE_HOST",
     "REPLICATION_PORT",
@@ -294,14 +298,34 @@ ADDRESSES_FILE = "addresses"
 """In the pool's ConfigMap: `<LISTENER>.<ordinal>=<host:port>`, a line per broker and
 external listener; each pod reads its own lines when it starts."""
 
+FORMATTED_FILE = "formatted"
+"""In a persistent pool's ConfigMap: the node ids (a line each) the operator has seen run on a
+formatted volume. A pod formats its volume only for a node id not listed."""
 
-def _command(target: Target, spec: KafkaClusterSpec, pool: Pool) -> list[str]:
+
+def _format_script(ephemeral: bool) -> str:
+    """`gregor format` for a new node: one not listed in the ConfigMap's `formatted`, or any
+    on an ephemeral volume. `--ignore-formatted` leaves a volume formatted already as it is
+    (a new node's pod that started before, or a node not listed yet)."""
+    command = (
+        f"gregor format --config {CONFIG_DIR}/server.properties "
+        '--override "node.id=$GREGOR_NODE_ID" --cluster-id="$GREGOR_CLUSTER_ID" '
+        "--ignore-formatted || exit 1"
+    )
+    if ephemeral:
+        return command
+    return f'grep -qsx "$GREGOR_NODE_ID" {CONFIG_DIR}/{FORMATTED_FILE} || {command}'
+
+
+def _command(target: Target, spec: KafkaClusterSpec, pool: Pool, *, ephemeral: bool) -> list[str]:
     """The node's command: its ordinal is the end of its pod's name, its id the pool's base
     plus the ordinal, its advertised listeners its own DNS name, and on an external listener
-    its line of the ConfigMap's `addresses`. The template is the same for every pod, so a
-    scale-up (new lines there) restarts no running pod."""
-    overrides = ['--override "node.id=$((GREGOR_NODE_ID_BASE + ${POD_NAME##*-}))"']
-    lines = []
+    its line of the ConfigMap's `addresses`. It formats the volume of a new node only
+    (`_format_script`), and starts the node with the cluster id, which checks the volume is
+    this cluster's. The template is the same for every pod, so a scale-up (new lines in the
+    ConfigMap) restarts no running pod."""
+    overrides = ['--override "node.id=$GREGOR_NODE_ID"']
+    lines = ["GREGOR_NODE_ID=$((GREGOR_NODE_ID_BASE + ${POD_NAME##*-}))"]
     outside = {_kafka_name(listener): listener for listener in external_listeners(spec)}
     if pool.is_broker and outside:
         if any(listener.type == "nodeport" for listener in outside.values()):
@@ -330,6 +354,7 @@ def _command(target: Target, spec: KafkaClusterSpec, pool: Pool) -> list[str]:
             else:
                 advertised.append(f"{name}://{host}:{port}")
         overrides.append(f'--override "advertised.listeners={",".join(advertised)}"')
+    lines.append(_format_script(ephemeral))
     script = (
         f"exec gregor broker --config {CONFIG_DIR}/server.properties "
         f'--cluster-id="$GREGOR_CLUSTER_ID" ' + " ".join(overrides)
@@ -337,12 +362,12 @@ def _command(target: Target, spec: KafkaClusterSpec, pool: Pool) -> list[str]:
     return ["/bin/sh", "-c", "\n".join([*lines, script])]
 
 
-def config_hash(target: Target, spec: KafkaClusterSpec, pool: Pool) -> str:
+def config_hash(target: Target, spec: KafkaClusterSpec, pool: Pool, *, ephemeral: bool) -> str:
     """What a pod of the pool runs, as one hash: a change makes a new revision to roll to.
-    The external addresses are not in it: a pod whose address changed is restarted on its
-    own (`planner`), and a new broker's address changes nothing for the others."""
+    The external addresses and the formatted node ids are not in it: they change as the
+    cluster grows, and a pod whose address changed is restarted on its own (`planner`)."""
     text = _properties_text(server_properties(target, spec, pool)) + "\0".join(
-        _command(target, spec, pool)
+        _command(target, spec, pool, ephemeral=ephemeral)
     )
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -351,9 +376,17 @@ def config_hash(target: Target, spec: KafkaClusterSpec, pool: Pool) -> str:
 
 
 def config_map(
-    target: Target, spec: KafkaClusterSpec, pool: Pool, external: External | None = None
+    target: Target,
+    spec: KafkaClusterSpec,
+    pool: Pool,
+    external: External | None = None,
+    formatted: Collection[int] | None = None,
 ) -> dict[str, Any]:
+    """The pool's server.properties; its brokers' external addresses; and, for a pool on
+    persistent volumes (`formatted` not None), the node ids whose volumes are formatted."""
     data = {"server.properties": _properties_text(server_properties(target, spec, pool))}
+    if formatted is not None:
+        data[FORMATTED_FILE] = "".join(f"{node_id}\n" for node_id in sorted(formatted))
     if pool.is_broker and external_listeners(spec):
         data[ADDRESSES_FILE] = "".join(
             f"{_kafka_name(listener)}.{ordinal}={(external or {})[listener.name][ordinal]}\n"
@@ -509,7 +542,9 @@ def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
     }
 
 
-def _container(target: Target, spec: KafkaClusterSpec, pool: Pool) -> dict[str, Any]:
+def _container(
+    target: Target, spec: KafkaClusterSpec, pool: Pool, *, ephemeral: bool
+) -> dict[str, Any]:
     ports = [
         {"name": name.lower()[:15], "containerPort": port} for name, port in _listeners(spec, pool)
     ]
@@ -517,7 +552,7 @@ def _container(target: Target, spec: KafkaClusterSpec, pool: Pool) -> dict[str, 
     container: dict[str, Any] = {
         "name": "gregor",
         "image": spec.image or target.image,
-        "command": _command(target, spec, pool),
+        "command": _command(target, spec, pool, ephemeral=ephemeral),
         "env": [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "GREGOR_NODE_ID_BASE", "value": str(pool.node_id_base)},
@@ -544,6 +579,8 @@ def _container(target: Target, spec: KafkaClusterSpec, pool: Pool) -> dict[str, 
             "allowPrivilegeEscalation": False,
             "capabilities": {"drop": ["ALL"]},
         },
+        # What a node that refused to start said (its log's end), for the status to show.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if pool.is_broker and any(listener.type == "nodeport" for listener in spec.listeners):
         # A node port is reached at the address of the node the pod runs on.
@@ -564,7 +601,7 @@ def statefulset(
     template = spec.template
     labels = pool_labels(target, pool) | dict((template.labels if template else None) or {})
     annotations = dict((template.annotations if template else None) or {})
-    annotations[CONFIG_HASH] = config_hash(target, spec, pool)
+    annotations[CONFIG_HASH] = config_hash(target, spec, pool, ephemeral=claims is None)
     if spec.metrics.enabled:
         annotations |= {"prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT)}
     pod_spec: dict[str, Any] = {
@@ -578,7 +615,7 @@ def statefulset(
             "runAsGroup": 10001,
             "fsGroup": 10001,
         },
-        "containers": [_container(target, spec, pool)],
+        "containers": [_container(target, spec, pool, ephemeral=claims is None)],
         "volumes": [
             {"name": "config", "configMap": {"name": _config_map_name(target, pool)}},
         ],
@@ -645,12 +682,15 @@ def desired_objects(
     replicas: Mapping[Role, int] | None = None,
     claims: Mapping[Role, Claims] | None = None,
     external: Mapping[Role, External] | None = None,
+    *,
+    formatted: Collection[int] = (),
 ) -> list[dict[str, Any]]:
     """Every object of the cluster, in the order they are applied: what the pods need before
     the StatefulSets that start them. `replicas` and `claims` override a pool's size and
     volume (a refused scale-down or storage change keeps the current ones). With external
     listeners, a broker pool's ConfigMap and StatefulSet are left out until `external` has
-    its addresses: a pod would start with a configuration it has no address for."""
+    its addresses: a pod would start with a configuration it has no address for. The pods of
+    node ids in `formatted` format no new volume."""
     spec = cluster.spec
     found = [
         service_account(target),
@@ -665,14 +705,20 @@ def desired_objects(
         for pool in pools(spec)
         if pool.is_broker and outside and (external or {}).get(pool.role) is None
     }
+    volumes = {
+        pool.role: (claims or {}).get(pool.role, claims_of(pool.spec.storage))
+        for pool in pools(spec)
+    }
     for pool in pools(spec):
         if pool.role not in held:
-            found.append(config_map(target, spec, pool, (external or {}).get(pool.role)))
+            count = (replicas or {}).get(pool.role, pool.spec.replicas)
+            ids = range(pool.node_id_base, pool.node_id_base + count)
+            listed = None if volumes[pool.role] is None else set(ids) & set(formatted)
+            found.append(config_map(target, spec, pool, (external or {}).get(pool.role), listed))
     for pool in pools(spec):
         found.append(pod_disruption_budget(target, pool))
         if pool.role in held:
             continue
         count = (replicas or {}).get(pool.role, pool.spec.replicas)
-        volume = (claims or {}).get(pool.role, claims_of(pool.spec.storage))
-        found.append(statefulset(target, spec, pool, count, volume))
+        found.append(statefulset(target, spec, pool, count, volumes[pool.role]))
     return found

@@ -28,6 +28,10 @@ A rolling restart follows these rules, one decision per reconciliation:
 8. Each restart is a pod deletion: SIGTERM is the broker's controlled shutdown, and the
    StatefulSet recreates the pod at the update revision.
 
+Besides the roll, a broker whose node refused its empty volume, and whose new volume the user
+accepted (`gregor.dev/format-volumes`), is restarted at once (rule 2 still holds): its new pod
+formats the volume. Which volumes a pod formats is `volumes`' business (ADR 0023).
+
 An external listener's addresses come from Kubernetes: a Service's node port as soon as it
 exists, a load balancer's address when the cloud has made one. They go into the pool's
 ConfigMap, not its template, so a new broker's address restarts no other broker; the status
@@ -44,7 +48,7 @@ a pool's storage (a StatefulSet's volume claims are immutable).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +77,7 @@ from .objects import (
     pools,
     server_properties,
 )
+from .volumes import FORMAT_ANNOTATION, Volumes, lost_volume, says_not_formatted, volumes
 
 __all__ = [
     "BrokerFacts",
@@ -130,6 +135,8 @@ class PodState:
     """How long the pod has been ready (its Ready condition's age; 0 when not ready)."""
     running_for_s: float = float("inf")
     """How long its container has been running (0 when it is not)."""
+    last_error: str | None = None
+    """What its node said when it last refused to start (`gregor: …`, without the prefix)."""
     uid: str | None = None
     ip: str | None = None
     host_ip: str | None = None
@@ -192,6 +199,8 @@ class Plan:
     """Look again this soon (the handler does, when it is sooner than its timer)."""
     deletions: list[tuple[str, str]] = field(default_factory=list)
     """(kind, name) of owned objects the spec no longer has."""
+    annotations: dict[str, str | None] = field(default_factory=dict)
+    """The resource's own annotations to set (None: remove), once a request in one is done."""
 
 
 # -- the plan ---------------------------------------------------------------------------------
@@ -228,16 +237,26 @@ def plan(
     claims, refused_claims = _allowed_claims(cluster, observed)
     refused += refused_claims
     external, pending = external_addresses(target, cluster, observed, replicas)
-    objects = desired_objects(target, cluster, replicas, claims, external)
+    disks = volumes(resource, cluster, observed, replicas)
+    refused += disks.refused
+    objects = desired_objects(target, cluster, replicas, claims, external, formatted=disks.listed)
     too_long = _names_too_long(objects)
     if too_long is not None:
         return _invalid(too_long, reason="NameTooLong")
     started, moved = started_with(resource, cluster, observed, external)
-    restart, settling = _next_restart(cluster, observed, facts, dns_ttl_s, moved)
+    restart, settling = _next_restart(cluster, observed, facts, dns_ttl_s, moved, disks=disks)
     conditions, requeue = _conditions(
-        cluster, observed, facts, replicas, restart, settling=settling, moved=moved
+        cluster,
+        observed,
+        facts,
+        replicas,
+        restart,
+        target=target,
+        settling=settling,
+        moved=moved,
+        disks=disks,
     )
-    if pending and conditions[0].reason not in ("NodesStuck", "QuorumNotFormed"):
+    if pending and conditions[0].reason not in ("NodesStuck", "QuorumNotFormed", LOST_VOLUME):
         message = "waiting for Kubernetes to give these Services an address: " + ", ".join(
             name for name, _ in pending
         )
@@ -263,7 +282,9 @@ def plan(
         objects=objects,
         restart=restart,
         conditions=conditions,
-        status=_status(cluster, target, observed, facts, replicas, started=started),
+        status=_status(
+            cluster, target, observed, facts, replicas, started=started, formatted=disks.formatted
+        ),
         events=events,
         requeue_after=requeue,
         deletions=[
@@ -271,6 +292,9 @@ def plan(
             for name, service in sorted(observed.services.items())
             if service.listener is not None and service.owner == target.uid and name not in wanted
         ],
+        annotations=(
+            {} if disks.annotation is None else {FORMAT_ANNOTATION: disks.annotation or None}
+        ),
     )
 
 
@@ -414,12 +438,22 @@ def _next_restart(
     facts: BrokerFacts | None,
     dns_ttl_s: float,
     moved: Mapping[str, str],
+    *,
+    disks: Volumes,
 ) -> tuple[Restart | None, tuple[float, str] | None]:
     """The rules of the module's docstring, in order; and, when a voter waits for its peers'
     addresses to settle (rule 7), how much longer and why."""
     by_role = {pool.role: pool for pool in pools(cluster.spec)}
+    if any(pod.deleting for pod in observed.pods):  # 2
+        return None, None
+    for pod in observed.pods:
+        pool = by_role.get(pod.pool)
+        accepted = pool is not None and _node_id(pool, pod.ordinal) in disks.to_format
+        if accepted and not pod.ready and says_not_formatted(pod):
+            why = f"its new volume is to be formatted ({FORMAT_ANNOTATION})"
+            return Restart(pod.name, why), None
     outdated = [pod for pod in observed.pods if _outdated(pod, observed) or pod.name in moved]  # 1
-    if not outdated or any(pod.deleting for pod in observed.pods):  # 2
+    if not outdated:
         return None, None
     for pod in outdated:  # 3
         if pod.stuck is not None:
@@ -458,6 +492,36 @@ def _expected_pods(cluster: KafkaCluster, replicas: Mapping[Role, int]) -> int:
     return sum(replicas.get(pool.role, pool.spec.replicas) for pool in pools(cluster.spec))
 
 
+LOST_VOLUME = "VolumeNotFormatted"
+"""The `Ready` reason while a node does not start because its volume is empty (lost or
+replaced after it ran on a formatted one)."""
+
+LAST_ERROR_CHARACTERS = 300
+"""How much of what a stuck node said the status repeats."""
+
+
+def _stuck_text(pod: PodState) -> str:
+    said = f"{pod.name} ({pod.stuck})" if pod.stuck else pod.name
+    if pod.stuck and pod.last_error:
+        error = pod.last_error
+        if len(error) > LAST_ERROR_CHARACTERS:
+            error = error[: LAST_ERROR_CHARACTERS - 1] + "…"
+        said += f": {error}"
+    return said
+
+
+def _lost_volumes(
+    cluster: KafkaCluster, target: Target, observed: Observed, disks: Volumes
+) -> list[str]:
+    """What to say of each node that does not start because its volume is empty."""
+    by_role = {pool.role: pool for pool in pools(cluster.spec)}
+    return [
+        lost_volume(target.name, pool, _node_id(pool, pod.ordinal), pod.name, disks.to_format)
+        for pod in observed.pods
+        if not pod.ready and says_not_formatted(pod) and (pool := by_role.get(pod.pool))
+    ]
+
+
 def _conditions(
     cluster: KafkaCluster,
     observed: Observed,
@@ -465,19 +529,17 @@ def _conditions(
     replicas: Mapping[Role, int],
     restart: Restart | None,
     *,
+    target: Target,
     settling: tuple[float, str] | None = None,
     moved: Mapping[str, str] | None = None,
+    disks: Volumes,
 ) -> tuple[list[ConditionState], float | None]:
     expected = _expected_pods(cluster, replicas)
     ready = [pod for pod in observed.pods if pod.ready and not pod.deleting]
     outdated = [
         pod.name for pod in observed.pods if _outdated(pod, observed) or pod.name in (moved or {})
     ]
-    not_ready = sorted(
-        f"{pod.name} ({pod.stuck})" if pod.stuck else pod.name
-        for pod in observed.pods
-        if not pod.ready or pod.deleting
-    )
+    not_ready = sorted(_stuck_text(pod) for pod in observed.pods if not pod.ready or pod.deleting)
     missing = expected - len(observed.pods)
     brokers = [
         _node_id(pool, ordinal)
@@ -490,7 +552,11 @@ def _conditions(
         reason = "NodesNotReady"
         message = f"{len(ready)}/{expected} nodes ready; waiting for {waiting}"
         controllers = [pod for pod in observed.pods if pod.pool == "controller"]
-        if any(pod.stuck for pod in observed.pods):
+        lost = _lost_volumes(cluster, target, observed, disks)
+        if lost:
+            reason = LOST_VOLUME
+            message = f"{len(ready)}/{expected} nodes ready; " + "; ".join(lost)
+        elif any(pod.stuck for pod in observed.pods):
             reason = "NodesStuck"
         elif controllers and all(
             p.running_for_s >= QUORUM_GRACE_S and not p.ready and not p.deleting
@@ -563,6 +629,7 @@ def _status(
     replicas: Mapping[Role, int],
     *,
     started: Started | None = None,
+    formatted: Collection[int] = (),
 ) -> dict[str, Any]:
     by_name = {pod.name: pod for pod in observed.pods}
     nodes = []
@@ -575,6 +642,7 @@ def _status(
                 "roles": list(pool.roles),
                 "pod": name,
                 "ready": pod is not None and pod.ready and not pod.deleting,
+                "formatted": _node_id(pool, ordinal) in formatted,
             }
             if pool.is_broker and facts is not None:
                 node["brokerState"] = facts.brokers.get(_node_id(pool, ordinal), "NotRegistered")

@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.integration.clients import QUIET, admin_client, create_topic, read_all
 from tests.support.nodes import (
     RunningNode,
+    format_node,
     free_port,
     refused_start,
     run_node,
@@ -205,13 +206,16 @@ def test_openmetrics_scrapes_parse(metered: MeteredNode) -> None:
     } <= names
 
 
-def _refused(tmp: Path, listener: str) -> str:
-    """Start `gregor broker` with `listener`; it must exit 1. Returns what it said."""
+def _refused(tmp: Path, listener: str, *, formatted: bool = False) -> str:
+    """Start `gregor broker` with `listener` (on formatted dirs if `formatted`: a refusal
+    that comes after the dirs are checked); it must exit 1. Returns what it said."""
     config = tmp / "server.properties"
     config.write_text(
         f"listeners=PLAINTEXT://localhost:{free_port()}\nlog.dirs={tmp / 'logs'}\n"
         f"{KEY}={listener}\n"
     )
+    if formatted:
+        format_node(config)
     return refused_start(config)
 
 
@@ -229,7 +233,7 @@ def test_a_taken_metrics_port_stops_the_node_naming_the_key(tmp_path: Path) -> N
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        said = _refused(tmp_path, f"http://127.0.0.1:{port}")
+        said = _refused(tmp_path, f"http://127.0.0.1:{port}", formatted=True)
     assert KEY in said
     assert "cannot listen" in said
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import socket
 import struct
 import subprocess
@@ -275,6 +276,103 @@ def test_a_log_dir_of_another_cluster_is_refused(tmp_path: Path) -> None:
         f"node.id=1\nlisteners=PLAINTEXT://localhost:{free_port()}\nlog.dirs={logs}\n"
     )
     assert "belongs to node 2" in refused_start(config)
+
+
+def _write(config: Path, properties: dict[str, str]) -> Path:
+    config.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
+    return config
+
+
+def test_a_voter_refuses_an_unformatted_metadata_log_dir_and_says_what_to_do(
+    tmp_path: Path,
+) -> None:
+    """Kafka's REQUIRE_METADATA_LOG_DIR: an empty metadata log dir is a new node's or a lost
+    one's. A voter formatted anew would vote as a voter that lost its log, so the node does
+    not format it: it names the dir, the command for a new node, and what to do instead."""
+    controller = free_port()
+    config = _write(
+        tmp_path / "server.properties",
+        {
+            "node.id": "2",
+            "process.roles": "broker,controller",
+            "controller.quorum.voters": f"1@localhost:{free_port()},2@localhost:{controller}",
+            "controller.listener.names": "CONTROLLER",
+            "listeners": f"PLAINTEXT://localhost:{free_port()},CONTROLLER://localhost:{controller}",
+            "log.dirs": f"{tmp_path / 'a'},{tmp_path / 'b'}",
+        },
+    )
+    said = refused_start(config)
+    assert f"the metadata log dir {tmp_path / 'a'} is not formatted" in said
+    assert f"gregor format --config {config} --cluster-id <the cluster id>" in said
+    assert "Node 2 is a voter of the metadata quorum" in said
+    assert "vote as a voter that lost its log" in said
+    assert "Recover the dir from a backup, or replace the voter" in said
+    assert not (tmp_path / "a" / "meta.properties").exists()
+    assert not (tmp_path / "b").exists(), "nothing is formatted"
+    # Told the cluster's id, it still formats nothing: --cluster-id only checks.
+    told = _gregor("broker", "--config", str(config), "--cluster-id=ToldTheClusterIdXXXXXX")
+    assert told.returncode == 1
+    assert "--cluster-id ToldTheClusterIdXXXXXX" in told.stderr
+    assert not (tmp_path / "a" / "meta.properties").exists()
+
+
+def test_a_broker_refuses_an_unformatted_metadata_log_dir_and_says_what_to_do(
+    tmp_path: Path,
+) -> None:
+    config = _write(
+        tmp_path / "server.properties",
+        {
+            "node.id": "3",
+            "process.roles": "broker",
+            "controller.quorum.voters": f"1@localhost:{free_port()}",
+            "controller.listener.names": "CONTROLLER",
+            "listeners": f"PLAINTEXT://localhost:{free_port()}",
+            "log.dirs": str(tmp_path / "logs"),
+            "metadata.log.dir": str(tmp_path / "metadata"),
+        },
+    )
+    said = refused_start(config)
+    assert f"the metadata log dir {tmp_path / 'metadata'} is not formatted" in said
+    assert "it comes back as a new directory" in said
+    assert "voter" not in said
+    assert not (tmp_path / "logs").exists()
+
+
+def test_an_empty_log_dir_beside_a_formatted_metadata_log_dir_comes_back_as_a_new_directory(
+    tmp_path: Path,
+) -> None:
+    """A replaced JBOD disk: the node formats it at start with a new directory id (the
+    controller takes the replicas of the old one as lost) and serves."""
+    port = free_port()
+    logs = [tmp_path / "a", tmp_path / "b"]
+    properties = {
+        "node.id": "1",
+        "process.roles": "broker,controller",
+        "listeners": f"PLAINTEXT://localhost:{port}",
+        "log.dirs": ",".join(map(str, logs)),
+        "offsets.topic.replication.factor": "1",
+    }
+    node = spawn_node(tmp_path, properties, port)
+    try:
+        wait_listening(node)
+        before = read_meta_properties(logs[1])
+    finally:
+        assert node.stop() == 0
+    shutil.rmtree(logs[1])
+    logs[1].mkdir()
+    node.restart()  # not formatted by anyone: the node does it
+    try:
+        wait_listening(node)
+        metadata: Any = admin_client(node.bootstrap).list_topics(timeout=10)
+    finally:
+        assert node.stop() == 0
+    after = read_meta_properties(logs[1])
+    assert before is not None
+    assert after is not None
+    cluster = before.cluster_id
+    assert (after.cluster_id, after.node_id, metadata.cluster_id) == (cluster, 1, cluster)
+    assert after.directory_id not in (before.directory_id, None)
+    assert f"log dir {logs[1]} was empty: formatted for cluster {cluster}" in node.log_tail()
 
 
 def _gregor(*args: str) -> subprocess.CompletedProcess[str]:

@@ -118,6 +118,14 @@ def test_a_full_disk_takes_its_log_dir_offline_and_loses_nothing(
     acked: list[bytes] = []
     with run_node(tmp_path, dirs) as node:
         create_topic(node.bootstrap, "spread", 2)
+        # The node creates the logs once it applies the topic's records (as Kafka's brokers
+        # do, after CreateTopics is answered): one in each dir.
+        deadline = time.monotonic() + 10
+        while not all((d / f"spread-{p}").is_dir() for d, p in ((good, 0), (small_disk, 1))):
+            if all((d / f"spread-{p}").is_dir() for d, p in ((good, 1), (small_disk, 0))):
+                break
+            assert time.monotonic() < deadline, "the node did not create the topic's logs"
+            time.sleep(0.05)
         (on_small,) = [p for p in (0, 1) if (small_disk / f"spread-{p}").is_dir()]
         on_good = 1 - on_small
         producer = Producer(
@@ -179,6 +187,11 @@ def test_running_out_of_file_descriptors_is_survived(tmp_path: Path) -> None:
         create_topic(node.bootstrap, "kept", 1)
         assert _send(node.bootstrap, "kept", 0, 2) == [None, None]
         create_topic(node.bootstrap, "wide", 1_000)
+        # The node creates the logs once it applies the topic's records, in the background.
+        deadline = time.monotonic() + 30
+        while node.log_tail(200_000).count("created the logs of") < 2:  # "kept", then "wide"
+            assert time.monotonic() < deadline, "the node did not try to create the logs"
+            time.sleep(0.1)
         assert "out of file descriptors" in node.log_tail(200_000)
         assert _send(node.bootstrap, "wide", 999, 1) == [KafkaError.KAFKA_STORAGE_ERROR]
         assert _send(node.bootstrap, "kept", 0, 1) == [None]

@@ -12,6 +12,7 @@ import contextlib
 import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,14 +70,14 @@ class ThreeNodes:
         code = self._kafka[node_id - 1].stop()
         return 0 if code == 128 + signal.SIGTERM else code
 
-    def restart(self, node_id: int) -> None:
+    def restart(self, node_id: int, timeout: float = 90) -> None:
         """Start a stopped or killed node again on its log dirs; returns once it listens."""
         if self._gregor is not None:
             node = self._gregor.node(node_id)
             node.restart()
-            wait_listening(node, timeout=60)
+            wait_listening(node, timeout=timeout)
         else:
-            self._kafka[node_id - 1].restart()
+            self._kafka[node_id - 1].restart(timeout)
 
     def running(self, node_id: int) -> bool:
         if self._gregor is not None:
@@ -91,9 +92,10 @@ class ThreeNodes:
 
     def replace_disk(self, node_id: int) -> None:
         """The stopped node's volume is replaced by an empty one, formatted again for the
-        cluster as a platform's tooling would (Gregor's node formats an empty dir itself when
-        given `--cluster-id`, as the operator's pods are; Kafka's with `kafka-storage format`).
-        The metadata log goes with it: these are combined nodes."""
+        cluster by hand (`gregor format`; Kafka's `kafka-storage format`), as a platform's
+        tooling might: neither node would format its metadata log dir itself. The metadata
+        log goes with it: these are combined nodes, and with static voters neither quorum can
+        tell the formatted voter from the one it replaced (ADR 0023)."""
         assert not self.running(node_id), "replace the disk of a stopped node"
         others = next(n for n in (1, 2, 3) if n != node_id)
         found = read_meta_properties(self.log_dir(others))
@@ -102,6 +104,17 @@ class ThreeNodes:
         if self._gregor is None:
             broker = self._kafka[node_id - 1]
             format_storage(broker.directory / "server.properties", found.cluster_id)
+            return
+        config = self._gregor.node(node_id).config
+        command = ["format", "--config", str(config), f"--cluster-id={found.cluster_id}"]
+        formatted = subprocess.run(
+            [sys.executable, "-m", "broker.cli", *command],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert formatted.returncode == 0, formatted.stderr
 
     def log_tail(self, node_id: int) -> str:
         if self._gregor is not None:

@@ -1,10 +1,12 @@
 """Real `gregor broker` processes for integration tests.
 
 What it owns: writing a single-node `server.properties` on a temporary directory (or one per
-node of a cluster: combined nodes, or dedicated controllers and broker-only nodes), starting
-`gregor broker` on a free port and waiting until it listens, stopping it (SIGTERM) or killing
-it (SIGKILL), and a start that must be refused. The broker's output goes to `broker.log` next
-to its data, never to a pipe nobody drains (a full pipe would stall the broker mid-test).
+node of a cluster: combined nodes, or dedicated controllers and broker-only nodes), formatting
+a new node's dirs (`gregor format`, as `kafka_dist.format_storage` runs `kafka-storage format`
+for Kafka), starting `gregor broker` on a free port and waiting until it listens, stopping it
+(SIGTERM) or killing it (SIGKILL), and a start that must be refused. The broker's output goes
+to `broker.log` next to its data, never to a pipe nobody drains (a full pipe would stall the
+broker mid-test).
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from broker.config import BrokerConfig
+from broker.node import new_cluster_id
 from broker.protocol import ApiKey, ErrorCode, request_type
+from broker.storage.meta_properties import format_dirs, read_meta_properties
 from tests.support.requests import fill
 from tests.support.wire import call
 
@@ -30,6 +35,7 @@ __all__ = [
     "QUORUM_CLUSTER_ID",
     "Cluster",
     "RunningNode",
+    "format_node",
     "free_port",
     "refused_start",
     "run_node",
@@ -74,8 +80,9 @@ class RunningNode:
     node_id: int = 1
 
     def restart(self) -> None:
-        """Start the node again on the same directory and settings (after a stop or kill);
-        returns without waiting for it to serve."""
+        """Start the node again on the same directory and settings (after a stop or kill),
+        without formatting anything: it is not a new node; returns without waiting for it to
+        serve."""
         assert self.process.poll() is not None, "the node is still running"
         self.process = _popen(self.config, None, self.cluster_id)
 
@@ -123,6 +130,18 @@ def start_node(
     return node
 
 
+def format_node(config: Path, cluster_id: str | None = None) -> str:
+    """`gregor format --config CONFIG --cluster-id ID --ignore-formatted`, the command's own
+    code run in this process (a Python start per node would cost the suite minutes): ID is
+    `cluster_id`, else the one the node's metadata log dir has (a node started again on its
+    directory), else a new one. Returns ID."""
+    settings = BrokerConfig.load(config)
+    found = read_meta_properties(settings.metadata_dir)
+    chosen = cluster_id or (found.cluster_id if found is not None else new_cluster_id())
+    format_dirs(settings.storage_dirs, chosen, settings.node_id, ignore_formatted=True)
+    return chosen
+
+
 def spawn_node(
     tmp: Path,
     properties: dict[str, str],
@@ -132,10 +151,13 @@ def spawn_node(
     cluster_id: str | None = None,
     controller_port: int | None = None,
 ) -> RunningNode:
-    """Start `gregor broker` with `properties` written to `tmp/server.properties`, without
-    waiting for it (a node of a quorum listens for clients only once the quorum has formed)."""
+    """Format the node's dirs (`format_node`), then start `gregor broker` with `properties`
+    written to `tmp/server.properties`, without waiting for it (a node of a quorum listens
+    for clients only once the quorum has formed). With `cluster_id`, the node is also told it
+    (`--cluster-id`, which checks its dirs are that cluster's)."""
     config = tmp / "server.properties"
     config.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
+    format_node(config, cluster_id)
     node = RunningNode(
         _popen(config, open_files, cluster_id), port, config, controller_port, cluster_id
     )

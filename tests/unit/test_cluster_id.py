@@ -19,9 +19,14 @@ def test_a_new_cluster_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPat
     assert all(not new_cluster_id().startswith("-") for _ in range(1000))
 
 
-def test_an_id_that_starts_with_a_dash_is_read_in_the_form_the_operator_writes() -> None:
-    """Clusters made before the rule above may have one (the operator keeps an id for life)."""
+@pytest.mark.parametrize("command", ["format", "broker"])
+def test_an_id_that_starts_with_a_dash_is_read_in_the_form_the_operator_writes(
+    command: str,
+) -> None:
+    """Clusters made before the rule above may have one (the operator keeps an id for life):
+    its pods format a new node's dirs with it, and start every node checking its dirs are
+    that cluster's."""
     args = build_parser().parse_args(
-        ["broker", "--config", "server.properties", "--cluster-id=-kU3OEVBNTcwNTJENDM2Qk"]
+        [command, "--config", "server.properties", "--cluster-id=-kU3OEVBNTcwNTJENDM2Qk"]
     )
     assert args.cluster_id == "-kU3OEVBNTcwNTJENDM2Qk"

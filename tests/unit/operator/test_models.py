@@ -163,6 +163,16 @@ def test_a_cluster_defaults_to_one_plain_listener_and_persistent_storage() -> No
         (SPLIT | {"listeners": [{"name": "a", "port": 9092, "tls": True}]}, "not supported yet"),
         (SPLIT | {"listeners": []}, "at least 1 item"),
         ({"combined": {"replicas": 1, "storage": {"size": "ten"}}}, "should match pattern"),
+        (
+            {"combined": {"replicas": 1, "storage": {"type": "ephemeral"}}},
+            "spec.combined\n  Value error, ephemeral storage is for brokers only: a voter's "
+            "metadata log is lost with its pod, and the quorum cannot tell a replaced voter "
+            "from the one it replaced",
+        ),
+        (
+            SPLIT | {"controllers": {"replicas": 3, "storage": {"type": "ephemeral"}}},
+            "spec.controllers\n  Value error, ephemeral storage is for brokers only",
+        ),
         (SPLIT | {"replicas": 3}, "Extra inputs are not permitted"),
     ],
 )
@@ -170,6 +180,22 @@ def test_an_invalid_cluster_is_refused_with_a_message_naming_the_problem(
     spec: dict[str, Any], message: str
 ) -> None:
     assert message in refusal(cluster, **spec)
+
+
+def test_ephemeral_storage_is_for_brokers_and_the_api_server_refuses_it_for_voters() -> None:
+    spec = cluster(**SPLIT | {"brokers": {"replicas": 3, "storage": {"type": "ephemeral"}}}).spec
+    assert spec.brokers is not None
+    assert spec.brokers.storage.type == "ephemeral"
+    resource = next(r for r in RESOURCES if r.kind == "KafkaCluster")
+    schema = crd(resource)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    pools = schema["properties"]["spec"]["properties"]
+    for voters in ("combined", "controllers"):
+        (rule,) = pools[voters]["x-kubernetes-validations"]
+        assert rule["rule"] == (
+            "!has(self.storage) || !has(self.storage.type) || self.storage.type != 'ephemeral'"
+        )
+        assert "a voter's metadata log is lost with its pod" in rule["message"]
+    assert "x-kubernetes-validations" not in pools["brokers"]
 
 
 def test_config_values_are_rendered_as_kafka_writes_them() -> None:

@@ -189,14 +189,12 @@ def test_the_headless_service_publishes_nodes_before_they_are_ready() -> None:
     assert bootstrap["selector"] == {"gregor.dev/cluster": "gregor", "gregor.dev/broker": "true"}
 
 
-def _pod_properties(
+def _pod_commands(
     found: Plan, statefulset: str, ordinal: int, host_ip: str = NODE_IP
-) -> dict[str, str]:
-    """What a pod's node reads: its pool's server.properties and the overrides its command
-    computes, found by running that command under /bin/sh with a stand-in `gregor`, its
-    ConfigMap mounted where the command reads it."""
+) -> list[list[str]]:
+    """The `gregor` commands a pod runs, each as its arguments: its command run under /bin/sh
+    with a stand-in `gregor`, its ConfigMap mounted where the command reads it."""
     config_map = objects(found, "ConfigMap")[f"{statefulset}-config"]
-    properties = parse_properties(config_map["data"]["server.properties"])
     mounted = Path(tempfile.mkdtemp())
     for key, text in config_map["data"].items():
         (mounted / key).write_text(text)
@@ -209,7 +207,7 @@ def _pod_properties(
         "GREGOR_CLUSTER_ID": CLUSTER_ID,
         "HOST_IP": host_ip,  # the downward API's status.hostIP
     }
-    stand_in = 'gregor() { for a in "$@"; do printf \'%s\\n\' "$a"; done; }; '
+    stand_in = 'gregor() { for a in "$@"; do printf \'%s\\n\' "$a"; done; echo --; }; '
     script = container["command"][2].replace("exec gregor", "gregor", 1)
     script = script.replace("/etc/gregor/", f"{mounted}/")
     try:
@@ -219,10 +217,21 @@ def _pod_properties(
             capture_output=True,
             text=True,
             check=True,
-        ).stdout.splitlines()
+        ).stdout
     finally:
         shutil.rmtree(mounted)
-    args = build_parser().parse_args(said)  # as `gregor` itself reads them
+    return [command.strip("\n").split("\n") for command in said.split("--\n") if command]
+
+
+def _pod_properties(
+    found: Plan, statefulset: str, ordinal: int, host_ip: str = NODE_IP
+) -> dict[str, str]:
+    """What a pod's node reads: its pool's server.properties and the overrides its command
+    computes."""
+    config_map = objects(found, "ConfigMap")[f"{statefulset}-config"]
+    properties = parse_properties(config_map["data"]["server.properties"])
+    *_, last = _pod_commands(found, statefulset, ordinal, host_ip)
+    args = build_parser().parse_args(last)  # as `gregor` itself reads them
     assert (args.command, args.cluster_id) == ("broker", CLUSTER_ID)
     return properties | dict(o.split("=", 1) for o in args.override)
 
@@ -583,6 +592,11 @@ def test_drift_is_put_back_because_the_plan_never_depends_on_the_objects_it_owns
         ),
         ({"brokers": "three"}, "spec.brokers"),
         (
+            {"controllers": {"replicas": 3, "storage": {"type": "ephemeral"}}},
+            "spec.controllers: Value error, ephemeral storage is for brokers only: a voter's "
+            "metadata log is lost with its pod",
+        ),
+        (
             {"config": {"log.retention.ms": -5}},
             "controller configuration: invalid value '-5' for configuration log.retention.ms",
         ),
@@ -738,6 +752,162 @@ def test_a_stuck_pod_on_an_old_revision_is_restarted_first() -> None:
     assert condition(found, "Ready").reason == "NodesStuck"
 
 
+# -- volumes ----------------------------------------------------------------------------------
+
+EVERY_NODE = [0, 1, 2, 1000, 1001, 1002]
+LOST = (
+    "the metadata log dir /var/lib/gregor/log is not formatted: it has no meta.properties. A "
+    "new node's dirs are formatted once, before its first start: …"
+)
+
+
+def _changed(observed: Observed, pod: str, **changes: Any) -> Observed:
+    pods = [dataclasses.replace(p, **changes) if p.name == pod else p for p in observed.pods]
+    return Observed(observed.statefulsets, pods, observed.services)
+
+
+def _seen(resource: dict[str, Any], found: Plan) -> dict[str, Any]:
+    """The resource as the next reconciliation reads it: with the status `found` wrote."""
+    return resource | {"status": found.status}
+
+
+def _listed(found: Plan, statefulset: str) -> list[int]:
+    text = objects(found, "ConfigMap")[f"{statefulset}-config"]["data"]["formatted"]
+    return [int(line) for line in text.splitlines()]
+
+
+def _gregor_commands(found: Plan, statefulset: str, ordinal: int) -> list[str]:
+    return [command[0] for command in _pod_commands(found, statefulset, ordinal)]
+
+
+def test_a_new_node_formats_its_volume_and_a_node_that_ran_does_not() -> None:
+    resource = example()
+    fresh = planned(resource)
+    assert _listed(fresh, "gregor-broker") == []
+    assert _gregor_commands(fresh, "gregor-broker", 1) == ["format", "broker"]
+    format_command, _ = _pod_commands(fresh, "gregor-controller", 2)
+    args = build_parser().parse_args(format_command)
+    assert (args.cluster_id, args.ignore_formatted) == (CLUSTER_ID, True)
+    assert args.override == ["node.id=1002"]
+    # Seen ready, each node is formatted for good: its pods format nothing.
+    found = planned(resource, running(CURRENT), HEALTHY)
+    assert _listed(found, "gregor-controller") == [1000, 1001, 1002]
+    assert _listed(found, "gregor-broker") == [0, 1, 2]
+    assert [n["formatted"] for n in found.status["nodes"]] == [True] * 6
+    assert _gregor_commands(found, "gregor-broker", 1) == ["broker"]
+    gone = planned(_seen(resource, found), Observed(running(CURRENT).statefulsets), None)
+    assert _listed(gone, "gregor-broker") == [0, 1, 2], "the status remembers"
+    # A new broker of a scale-up formats its own volume; no running pod restarts for it.
+    resource["spec"]["brokers"]["replicas"] = 4
+    grown = planned(_seen(resource, found), running(CURRENT), HEALTHY)
+    assert _listed(grown, "gregor-broker") == [0, 1, 2]
+    assert _gregor_commands(grown, "gregor-broker", 3) == ["format", "broker"]
+    assert template_hash(grown, "gregor-broker") == template_hash(fresh, "gregor-broker")
+
+
+def test_a_node_counts_as_formatted_once_ready_or_running_for_a_while() -> None:
+    starting = _changed(
+        running(CURRENT, not_ready=["gregor-broker-2"]), "gregor-broker-2", running_for_s=5.0
+    )
+    assert 2 not in _listed(planned(example(), starting), "gregor-broker")
+    settled = _changed(starting, "gregor-broker-2", running_for_s=30.0)
+    assert 2 in _listed(planned(example(), settled), "gregor-broker")
+
+
+def test_an_ephemeral_broker_pool_formats_at_every_start() -> None:
+    resource = example()
+    resource["spec"]["brokers"]["storage"] = {"type": "ephemeral"}
+    found = planned(resource, running(CURRENT, claims={"controller": ("1Gi", None)}), HEALTHY)
+    assert "formatted" not in objects(found, "ConfigMap")["gregor-broker-config"]["data"]
+    assert _gregor_commands(found, "gregor-broker", 1) == ["format", "broker"]
+    assert _gregor_commands(found, "gregor-controller", 1) == ["broker"]
+
+
+def test_a_node_that_finds_its_volume_empty_says_what_to_do() -> None:
+    observed = running(CURRENT, not_ready=["gregor-broker-1", "gregor-controller-0"])
+    for pod in ("gregor-broker-1", "gregor-controller-0"):
+        observed = _changed(observed, pod, stuck="CrashLoopBackOff", last_error=LOST)
+    found = planned(example(), observed, None)
+    ready = condition(found, "Ready")
+    assert (ready.status, ready.reason) == ("False", "VolumeNotFormatted")
+    assert ready.message.startswith("4/6 nodes ready; ")
+    assert (
+        "gregor-broker-1 (node 1) finds its volume empty, lost or replaced: to take a new one, "
+        "`kubectl annotate kafkacluster gregor gregor.dev/format-volumes=1`"
+    ) in ready.message
+    assert "gregor-controller-0 (node 1000, a voter) finds its volume empty" in ready.message
+    assert "restore the volume from a backup" in ready.message
+    assert found.restart is None
+    assert _listed(found, "gregor-broker") == [0, 1, 2]
+
+
+def test_a_stuck_node_says_why_in_the_status() -> None:
+    observed = _changed(
+        running(CURRENT, not_ready=["gregor-broker-1"]),
+        "gregor-broker-1",
+        stuck="CrashLoopBackOff",
+        last_error="x" * 400,
+    )
+    ready = condition(planned(example(), observed, None), "Ready")
+    assert ready.reason == "NodesStuck"
+    assert f"gregor-broker-1 (CrashLoopBackOff): {'x' * 299}…" in ready.message
+
+
+def test_a_brokers_new_volume_is_formatted_once_asked_and_the_request_then_goes() -> None:
+    resource = example()
+    resource["metadata"]["annotations"] = {"gregor.dev/format-volumes": "1"}
+    before = planned(example(), running(CURRENT), HEALTHY)
+    lost = _changed(
+        running(CURRENT, not_ready=["gregor-broker-1"]),
+        "gregor-broker-1",
+        stuck="CrashLoopBackOff",
+        last_error=LOST,
+        running_for_s=0.0,
+    )
+    found = planned(_seen(resource, before), lost, None)
+    assert _listed(found, "gregor-broker") == [0, 2]
+    assert found.restart == Restart(
+        "gregor-broker-1", "its new volume is to be formatted (gregor.dev/format-volumes)"
+    )
+    assert found.annotations == {}
+    assert "its new volume is being formatted" in condition(found, "Ready").message
+    assert template_hash(found, "gregor-broker") == template_hash(before, "gregor-broker")
+    # Its new pod formats the volume and starts; the request is then done.
+    restarted = _changed(lost, "gregor-broker-1", stuck=None, last_error=None)
+    assert planned(_seen(resource, found), restarted, None).restart is None
+    back = planned(_seen(resource, found), running(CURRENT), HEALTHY)
+    assert _listed(back, "gregor-broker") == [0, 1, 2]
+    assert back.annotations == {"gregor.dev/format-volumes": None}
+    resource["metadata"]["annotations"] = {"gregor.dev/format-volumes": "1, 2,x"}
+    some = planned(_seen(resource, found), lost, None)
+    assert some.annotations == {"gregor.dev/format-volumes": "1,x"}
+
+
+def test_a_voters_new_volume_is_refused_with_a_reason() -> None:
+    resource = example()
+    resource["metadata"]["annotations"] = {"gregor.dev/format-volumes": "1000,7"}
+    observed = _changed(
+        running(CURRENT, not_ready=["gregor-controller-0"]),
+        "gregor-controller-0",
+        stuck="CrashLoopBackOff",
+        last_error=LOST,
+    )
+    found = planned(resource, observed, None)
+    refused = condition(found, "ChangeRefused")
+    assert refused.reason == "FormatRefused"
+    assert "node 1000 is a voter of the metadata quorum" in refused.message
+    assert "vote as a voter that lost its log" in refused.message
+    assert "no node 7 here" in refused.message
+    warned = [
+        m for kind, reason, m in found.events if (kind, reason) == ("Warning", "FormatRefused")
+    ]
+    assert len(warned) == 2
+    assert warned[0] in refused.message
+    assert _listed(found, "gregor-controller") == [1000, 1001, 1002]
+    assert found.restart is None
+    assert found.annotations == {}
+
+
 # -- status -----------------------------------------------------------------------------------
 
 
@@ -762,6 +932,7 @@ def test_the_status_says_where_to_connect_and_how_each_node_is() -> None:
         "roles": ["broker"],
         "pod": "gregor-broker-2",
         "ready": False,
+        "formatted": True,  # it has run (for an hour)
         "brokerState": "Fenced",
     }
     controller = next(n for n in found.status["nodes"] if n["pod"] == "gregor-controller-0")

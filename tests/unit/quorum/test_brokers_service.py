@@ -73,3 +73,32 @@ def test_a_broker_registers_is_unfenced_and_is_fenced_when_it_goes_silent(
             await service.close()
 
     asyncio.run(main())
+
+
+def test_a_heartbeat_that_changes_nothing_never_waits_behind_another_request(
+    tmp_path: Path,
+) -> None:
+    """While another request's records wait to commit (the controller's lock held, as by a
+    CreateTopics of ten thousand partitions), a heartbeat that writes nothing is answered at
+    once, as Kafka's are: a broker whose heartbeats go unanswered for its session is fenced."""
+
+    async def main() -> None:
+        service = _service(tmp_path)
+        await service.start()
+        try:
+            request = Registration(
+                2, uuid.uuid4(), "c1", (BrokerEndpoint("PLAINTEXT", "h", 9092, 0),)
+            )
+            registered = await service.register(request)
+            offset = service.driver.applied - 1
+            await service.heartbeat(Heartbeat(2, registered.broker_epoch, offset))
+            assert not _fenced(service, 2)
+            async with service._lock:  # another request is committing
+                answer = await asyncio.wait_for(
+                    service.heartbeat(Heartbeat(2, registered.broker_epoch, offset)), 1
+                )
+            assert (answer.error, answer.is_fenced) == (ErrorCode.none, False)
+        finally:
+            await service.close()
+
+    asyncio.run(main())

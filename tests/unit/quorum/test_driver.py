@@ -31,6 +31,9 @@ class Machine:
     def apply(self, offset: int, payload: bytes) -> None:
         self.applied.append((offset, payload))
 
+    def prepare(self, offset: int, payload: bytes) -> None:
+        pass
+
     def load(self, payloads: Sequence[bytes], end_offset: int) -> None:
         self.loaded.append((list(payloads), end_offset))
 
@@ -138,3 +141,44 @@ def test_a_caller_that_gives_up_does_not_stop_the_quorum(tmp_path: Path) -> None
         await driver.stop()
 
     asyncio.run(main())
+
+
+def test_a_big_proposal_is_prepared_in_slices_and_applied_whole(tmp_path: Path) -> None:
+    """Ten thousand entries proposed at once (one admin request of ten thousand partitions):
+    the event loop serves others while they are prepared (decoded), a slice at a time, and
+    nothing ever sees part of the proposal applied."""
+
+    class Slow(Machine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.prepared = 0
+
+        def prepare(self, offset: int, payload: bytes) -> None:
+            self.prepared += 1
+            time.sleep(0.0002)  # what decoding a partition's record costs, roughly
+
+    async def main() -> tuple[set[tuple[int, int]], int]:
+        machine = Slow()
+        driver = _driver(tmp_path, ALONE, machine)
+        await driver.start()
+        await asyncio.wait_for(driver.wait_caught_up(), 5)
+        before = (machine.prepared, len(machine.applied))
+        seen: set[tuple[int, int]] = set()
+
+        async def turns() -> None:
+            while True:
+                seen.add((machine.prepared - before[0], len(machine.applied) - before[1]))
+                await asyncio.sleep(0)
+
+        watcher = asyncio.get_running_loop().create_task(turns())
+        await driver.propose([b"%d" % i for i in range(10_000)])
+        watcher.cancel()
+        applied = len(machine.applied) - before[1]
+        await driver.stop()
+        return seen, applied
+
+    seen, applied = asyncio.run(main())
+    assert applied == 10_000
+    preparing = {prepared for prepared, _ in seen if 0 < prepared < 10_000}
+    assert len(preparing) >= 10, f"the loop had a turn only at {sorted(seen)[:20]}"
+    assert not [done for _, done in seen if 0 < done < 10_000], "part of a proposal applied"

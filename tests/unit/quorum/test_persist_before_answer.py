@@ -42,6 +42,9 @@ class Machine:
     def apply(self, offset: int, payload: bytes) -> None:
         pass
 
+    def prepare(self, offset: int, payload: bytes) -> None:
+        pass
+
     def load(self, payloads: Sequence[bytes], end_offset: int) -> None:
         pass
 

@@ -496,8 +496,8 @@ class ReplicaSimulation:
         """As `Node.start`: load the logs, replay the metadata, apply every partition it
         holds, set strays aside, then follow the image's changes; it registers next."""
         directory = self.root / f"broker-{broker_id}"
-        # `format_log_dirs`: an empty dir (the first start, or a lost disk) is formatted and
-        # gets a new directory id.
+        # `gregor format --ignore-formatted`, then the start's checks: an empty dir (the first
+        # start, or a lost disk taken as a new one) is formatted and gets a new directory id.
         identity = load_or_format([directory], broker_id, CLUSTER_ID, new_cluster_id=CLUSTER_ID)
         logs = LogManager([directory], self.config, checkpoint_interval_ms=5_000)
         logs.startup(now_ms=self.now)

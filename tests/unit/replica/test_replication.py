@@ -6,6 +6,7 @@ consumer reads. (Replica fetches over the network: tests/integration/test_replic
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,9 +32,13 @@ def _manager(
     directory.mkdir()
     logs = LogManager([directory], CONFIG)
     logs.startup(now_ms=0)
-    clocks = {} if steady_ms is None else {"steady_ms": steady_ms}
     manager = ReplicaManager(
-        node_id, logs, MetadataImage(), lambda _: CONFIG, lambda: 1_000, **clocks
+        node_id,
+        logs,
+        MetadataImage(),
+        lambda _: CONFIG,
+        lambda: 1_000,
+        steady_ms=steady_ms or (lambda: time.monotonic_ns() // 1_000_000),
     )
     return manager, logs
 

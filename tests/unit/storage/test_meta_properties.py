@@ -1,6 +1,7 @@
 """A log dir's identity (`meta.properties`): formatting as `kafka-storage format` does, a
-directory id of each dir's own (KIP-858), and the refusals that keep a node from serving
-another cluster's, another node's or a copied dir."""
+directory id of each dir's own (KIP-858), a start that never formats the metadata log dir
+itself, and the refusals that keep a node from serving another cluster's, another node's or a
+copied dir."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import pytest
 from broker.storage import StorageError
 from broker.storage.meta_properties import (
     META_PROPERTIES,
+    NotFormatted,
     format_dirs,
+    load_formatted,
     load_or_format,
     new_directory_id,
     read_meta_properties,
@@ -58,6 +61,61 @@ def test_a_replaced_disk_formatted_again_is_a_new_directory(tmp_path: Path) -> N
     tmp_path.mkdir()
     new = load_or_format([tmp_path], 1, "cluster-1", new_cluster_id="unused").directory_ids
     assert old[tmp_path] != new[tmp_path]
+
+
+def test_a_start_refuses_an_unformatted_metadata_log_dir_and_formats_nothing(
+    tmp_path: Path,
+) -> None:
+    """Kafka's REQUIRE_METADATA_LOG_DIR: an empty metadata log dir is a new node's or a lost
+    one's, and only whoever runs the node knows which."""
+    logs = [tmp_path / "a", tmp_path / "b"]
+    for missing_or_empty in (False, True):
+        if missing_or_empty:
+            logs[0].mkdir()
+        with pytest.raises(
+            NotFormatted, match=r"a is not formatted \(it has no meta\.properties"
+        ) as caught:
+            load_formatted(logs[0], logs, 1, "c")
+        assert caught.value.log_dir == logs[0]
+        assert not any(read_meta_properties(d) for d in logs if d.exists())
+    separate = tmp_path / "metadata"
+    format_dirs(logs, "c", 1)
+    with pytest.raises(NotFormatted):
+        load_formatted(separate, logs, 1, "c")
+
+
+def test_a_start_formats_an_empty_log_dir_beside_a_formatted_metadata_log_dir(
+    tmp_path: Path,
+) -> None:
+    """A replaced JBOD disk comes back as a new directory of the node's cluster."""
+    metadata, data = tmp_path / "metadata", tmp_path / "data"
+    format_dirs([metadata, data], "c", 4)
+    before = load_formatted(metadata, [data], 4)
+    assert before.formatted == ()
+    assert list(before.directory_ids) == [data], "the ids of the log dirs, which it registers"
+    shutil.rmtree(data)
+    after = load_formatted(metadata, [data], 4)
+    assert after.formatted == (data,)
+    found = read_meta_properties(data)
+    assert found is not None
+    assert (found.cluster_id, found.node_id) == ("c", 4)
+    assert after.directory_ids[data] not in (before.directory_ids[data], None)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "orders-0").mkdir()
+    with pytest.raises(StorageError, match=r"other is not empty and has no meta\.properties"):
+        load_formatted(metadata, [data, tmp_path / "other"], 4)
+
+
+def test_a_start_refuses_dirs_of_another_cluster_or_node(tmp_path: Path) -> None:
+    metadata, data = tmp_path / "metadata", tmp_path / "data"
+    format_dirs([metadata], "c", 1)
+    format_dirs([data], "elsewhere", 1)
+    with pytest.raises(StorageError, match="data belongs to cluster elsewhere, not c"):
+        load_formatted(metadata, [metadata, data], 1)
+    with pytest.raises(StorageError, match="metadata belongs to cluster c, not asked"):
+        load_formatted(metadata, [metadata], 1, "asked")
+    with pytest.raises(StorageError, match=r"belongs to node 1, not node\.id=2"):
+        load_formatted(metadata, [metadata], 2)
 
 
 def test_a_start_keeps_the_identity_and_refuses_strangers(tmp_path: Path) -> None:
