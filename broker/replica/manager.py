@@ -49,11 +49,15 @@ __all__ = ["ReplicaManager"]
 
 _Job = tuple[TopicPartition, Path, LogConfig, uuid.UUID, int]
 """A log to create: its partition, directory, config, topic id and (if led here) epoch."""
+_CREATE_AT_ONCE = 16
+"""New logs a turn of the event loop creates at once before the rest go to the background."""
 _CREATE_BATCH = 512
 """New logs created per round (`ReplicaManager.create_in_background`)."""
-_CREATE_THREADS = 4
+_CREATE_THREADS = 2
 """Threads a round's logs are created on: mostly waiting for their fsyncs, which the disk
-commits together."""
+commits together (more would take more turns at the interpreter from the event loop)."""
+_TAKE_IN_SLICE_S = 0.005
+"""How long the created logs are taken in before the event loop serves others."""
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +107,8 @@ class ReplicaManager(FollowerReplication, Appends, LeaderReplication, Offsets):
         """Partitions whose logs are being created in the background, with the newest change
         that reached them meanwhile (None: no longer hosted here)."""
         self._creator: asyncio.Task[None] | None = None
+        self._created_this_turn = 0
+        """Logs created at once in this turn of the event loop (`_in_background`)."""
         self._created: dict[TopicPartition, list[asyncio.Future[None]]] = {}
         """Who waits for a partition's log to be created (`wait_created`)."""
         self._closing = False
@@ -163,7 +169,7 @@ class ReplicaManager(FollowerReplication, Appends, LeaderReplication, Offsets):
             # Under the topic's id: a directory of an earlier topic of the same name (deleted
             # and created again while this node was away) is set aside, never adopted.
             found = self.logs.plan_log(*key, self._clock(), topic_id=change.topic.topic_id)
-            if isinstance(found, Path) and self.create_in_background:
+            if isinstance(found, Path) and self._in_background(change):
                 self._creating[key] = change
                 if self._creator is None or self._creator.done():
                     self._creator = asyncio.get_running_loop().create_task(
@@ -177,6 +183,24 @@ class ReplicaManager(FollowerReplication, Appends, LeaderReplication, Offsets):
             self._creation_failed(key, exc)
             return
         self._install(change, log_)
+
+    def _in_background(self, change: PartitionChanged) -> bool:
+        """Whether this new partition's log is created in the background: when the node asks
+        for it, and many are created at once (more than `_CREATE_AT_ONCE` in this turn of the
+        event loop, or some are being created in the background already). A few logs are
+        created at once, as before, and so are internal topics' (the group coordinator
+        serves `__consumer_offsets` as soon as it exists)."""
+        if not self.create_in_background or change.topic.internal:
+            return False
+        if self._creating or self._created_this_turn >= _CREATE_AT_ONCE:
+            return True
+        if self._created_this_turn == 0:
+            asyncio.get_running_loop().call_soon(self._new_turn)
+        self._created_this_turn += 1
+        return False
+
+    def _new_turn(self) -> None:
+        self._created_this_turn = 0
 
     def being_created(self, key: TopicPartition) -> bool:
         return key in self._creating
@@ -246,10 +270,14 @@ class ReplicaManager(FollowerReplication, Appends, LeaderReplication, Offsets):
             done = await asyncio.gather(
                 *(asyncio.to_thread(_open_logs, c, now, expiration_ms) for c in chunks)
             )
+            deadline = time.perf_counter() + _TAKE_IN_SLICE_S
             for chunk, results in zip(chunks, done, strict=True):
                 for (key, _, _, topic_id, _), result in zip(chunk, results, strict=True):
                     self._take_in(key, topic_id, result)
                     count += 1
+                    if time.perf_counter() >= deadline:  # others' turn on the event loop
+                        await asyncio.sleep(0)
+                        deadline = time.perf_counter() + _TAKE_IN_SLICE_S
         if count:
             log.info(
                 "created the logs of %d partitions in %.1f s", count, time.monotonic() - started

@@ -1,7 +1,8 @@
-"""New partitions' logs created in the background, as the node has it: their directories and
-fsyncs never hold the event loop, a partition answers NOT_LEADER_OR_FOLLOWER until its log
-exists, and what the metadata says meanwhile (a new leader, the topic deleted) is what the
-partition becomes once its log does."""
+"""New partitions' logs created in the background, as the node has it: past the first few of a
+turn of the event loop, their directories and fsyncs never hold the loop, a partition answers
+NOT_LEADER_OR_FOLLOWER until its log exists, and what the metadata says meanwhile (a new
+leader, the topic deleted or created again, its configs) is what the partition becomes once
+its log does."""
 
 from __future__ import annotations
 
@@ -43,18 +44,21 @@ def test_partitions_answer_once_their_logs_exist_with_the_newest_state(tmp_path:
     topic = _topic(image, "t", 40, leader=1)
     manager, logs = _manager(tmp_path, image)
 
-    async def main() -> tuple[Partition | ErrorCode, Partition | ErrorCode]:
+    async def main() -> tuple[Partition | ErrorCode, Partition | ErrorCode, Partition | ErrorCode]:
         for index, state in topic.partitions.items():
             manager.apply(PartitionChanged(topic, index, state))
-        before = manager.get("t", 0)
-        # Meanwhile partition 1 gets a new leader, in a new epoch.
+        first, last = manager.get("t", 0), manager.get("t", 39)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # the round is on its threads
+        # Meanwhile partition 30 gets a new leader, in a new epoch.
         moved = PartitionState((1, 2, 3), (1, 2, 3), 2, 1, 1)
-        manager.apply(PartitionChanged(topic, 1, moved))
+        manager.apply(PartitionChanged(topic, 30, moved))
         while manager._creator is not None and not manager._creator.done():
             await asyncio.sleep(0.01)
-        return before, manager.get("t", 1)
+        return first, last, manager.get("t", 30)
 
-    before, after = asyncio.run(main())
+    first, before, after = asyncio.run(main())
+    assert isinstance(first, Partition)  # the first few at once
     assert before == ErrorCode.not_leader_or_follower
     assert isinstance(after, Partition)
     assert (after.state.leader, after.state.leader_epoch) == (2, 1)
@@ -116,7 +120,7 @@ def test_a_log_takes_its_topics_configs_as_they_are_when_it_is_created(tmp_path:
     """A CreateTopics's configs are applied after its partitions, maybe while their logs are
     being created: the logs get them all the same."""
     image = MetadataImage()
-    topic = _topic(image, "compacted", 10, leader=1)
+    topic = _topic(image, "compacted", 40, leader=1)
     configs = {"compacted": LogConfig()}
     logs = LogManager([tmp_path], CONFIG)
     logs.startup(now_ms=0)
@@ -134,6 +138,28 @@ def test_a_log_takes_its_topics_configs_as_they_are_when_it_is_created(tmp_path:
             await asyncio.sleep(0.01)
 
     asyncio.run(main())
-    assert len(manager.partitions) == 10
-    assert all(p.log.config.compact for p in manager.partitions.values())
+    assert len(manager.partitions) == 40
+    created_later = [p for (_, i), p in manager.partitions.items() if i >= 16]
+    assert created_later
+    assert all(p.log.config.compact for p in created_later)
+    logs.shutdown(now_ms=2_000)
+
+
+def test_a_few_logs_and_internal_topics_are_created_at_once(tmp_path: Path) -> None:
+    """What a small admin request or the group coordinator creates is there when the change
+    is applied, as before: a client that creates a topic of a few partitions and produces at
+    once is not told NOT_LEADER_OR_FOLLOWER."""
+    image = MetadataImage()
+    small = _topic(image, "small", 3, leader=1)
+    offsets = _topic(image, "__consumer_offsets", 50, leader=1)
+    manager, logs = _manager(tmp_path, image)
+
+    async def main() -> None:
+        for topic in (small, offsets):
+            for index, state in topic.partitions.items():
+                manager.apply(PartitionChanged(topic, index, state))
+        assert manager._creator is None
+
+    asyncio.run(main())
+    assert len(manager.partitions) == 53
     logs.shutdown(now_ms=2_000)
