@@ -27,6 +27,9 @@ BROKER_START = (
     "printf 'node.id=1\\nlisteners=PLAINTEXT://0.0.0.0:9092\\n"
     "advertised.listeners=PLAINTEXT://broker:9092\\nlog.dirs=/tmp/gregor\\n'"
     " > /tmp/server.properties"
+    # A new node's dir is formatted once, before its first start (as `kafka-storage format`).
+    " && gregor format --config /tmp/server.properties --cluster-id SmokeTestClusterA1b2C3"
+    " --ignore-formatted"
     " && exec gregor broker --config /tmp/server.properties"
 )
 
