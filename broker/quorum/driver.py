@@ -4,9 +4,9 @@ sockets.
 One task owns the core. Everything that changes it — a request from a peer, a peer's
 response, a proposal, the clock — is queued and handled by that task, which then carries out
 the core's `Ready` in its order: election state, snapshot install, log truncation and append
-(on a thread: they end in an fsync), then messages, then the committed entries, which it hands
-to the state machine. Nothing steps the core while a `Ready` is on disk, which is what makes
-`advance` true.
+(on a thread: they end in an fsync), then messages, then the new high watermark, which it
+hands to the applier (below). Nothing steps the core while a `Ready` is on disk, which is
+what makes `advance` true.
 
 A peer's request is answered with the core's reply to it: the handler waits for the reply the
 core addresses to that peer (a fetch the leader has nothing for yet waits up to the core's

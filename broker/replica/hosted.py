@@ -80,9 +80,9 @@ class HostedPartitions:
         return throttled is ALL_PARTITIONS or partition.index in throttled
 
     def _roles_changed(self) -> None:
-        """Tell `on_role_change` once the change under way is applied: a metadata change
-        that moves thousands of partitions tells it once, not once per partition (it looks
-        at every partition followed)."""
+        """Tell `on_role_change` once this turn of the event loop is over: a metadata change
+        that moves thousands of partitions tells it once per turn, not once per partition
+        (it looks at every partition followed)."""
         if self.on_role_change is None or self._roles_update is not None:
             return
         try:

@@ -20,7 +20,7 @@ from broker.protocol.records import iter_batches
 from tests.faults.cluster_view import QUIET, address, describe
 from tests.support.clusters import ThreeNodes
 from tests.support.requests import fill
-from tests.support.wire import call
+from tests.support.wire import call, fetch_values
 
 __all__ = ["Read", "logged_errors", "producer_marks", "read_partitions"]
 
@@ -120,32 +120,9 @@ def producer_marks(
             continue
         request = fill(
             request_type(ApiKey.FETCH, 12),
-            {
-                "replica_id": -1,
-                "max_wait": datetime.timedelta(0),
-                "min_bytes": 0,
-                "max_bytes": 1 << 20,
-                "isolation_level": 0,
-                "session_id": 0,
-                "session_epoch": -1,
-                "topics": [
-                    {
-                        "topic": topic,
-                        "partitions": [
-                            {
-                                "partition": partition,
-                                "current_leader_epoch": -1,
-                                "fetch_offset": offset,
-                                "last_fetched_epoch": -1,
-                                "log_start_offset": -1,
-                                "partition_max_bytes": 1 << 20,
-                            }
-                        ],
-                    }
-                ],
-                "forgotten_topics_data": [],
-                "rack_id": "",
-            },
+            fetch_values(
+                topic, datetime.timedelta(0), (partition,), fetch_offset=offset, min_bytes=0
+            ),
         )
         try:
             answer: Any = call(address(nodes, leaders[partition]), ApiKey.FETCH, 12, request)

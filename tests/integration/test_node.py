@@ -345,13 +345,7 @@ def test_an_empty_log_dir_beside_a_formatted_metadata_log_dir_comes_back_as_a_ne
     controller takes the replicas of the old one as lost) and serves."""
     port = free_port()
     logs = [tmp_path / "a", tmp_path / "b"]
-    properties = {
-        "node.id": "1",
-        "process.roles": "broker,controller",
-        "listeners": f"PLAINTEXT://localhost:{port}",
-        "log.dirs": ",".join(map(str, logs)),
-        "offsets.topic.replication.factor": "1",
-    }
+    properties = _combined(port, logs)
     node = spawn_node(tmp_path, properties, port)
     try:
         wait_listening(node)
@@ -375,6 +369,17 @@ def test_an_empty_log_dir_beside_a_formatted_metadata_log_dir_comes_back_as_a_ne
     assert f"log dir {logs[1]} was empty: formatted for cluster {cluster}" in node.log_tail()
 
 
+def _combined(port: int, log_dirs: list[Path]) -> dict[str, str]:
+    """A single combined node's settings, on `log_dirs`."""
+    return {
+        "node.id": "1",
+        "process.roles": "broker,controller",
+        "listeners": f"PLAINTEXT://localhost:{port}",
+        "log.dirs": ",".join(map(str, log_dirs)),
+        "offsets.topic.replication.factor": "1",
+    }
+
+
 def _gregor(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "broker.cli", *args],
@@ -390,13 +395,7 @@ def test_gregor_format_gives_the_dirs_their_identity_and_the_node_serves_them(
 ) -> None:
     logs = [tmp_path / "a", tmp_path / "b"]
     port = free_port()
-    properties = {
-        "node.id": "1",
-        "process.roles": "broker,controller",
-        "listeners": f"PLAINTEXT://localhost:{port}",
-        "log.dirs": ",".join(map(str, logs)),
-        "offsets.topic.replication.factor": "1",
-    }
+    properties = _combined(port, logs)
     config = tmp_path / "server.properties"
     config.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
     formatted = _gregor("format", "--config", str(config), "--cluster-id", "FormattedByGregor")

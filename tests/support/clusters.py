@@ -12,7 +12,6 @@ import contextlib
 import shutil
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +24,13 @@ from tests.support.kafka_dist import (
     start_kafka_cluster,
     stop_kafka_cluster,
 )
-from tests.support.nodes import Cluster, start_cluster, wait_for_brokers, wait_listening
+from tests.support.nodes import (
+    Cluster,
+    format_node,
+    start_cluster,
+    wait_for_brokers,
+    wait_listening,
+)
 
 __all__ = ["KINDS", "ThreeNodes", "three_nodes"]
 
@@ -105,16 +110,7 @@ class ThreeNodes:
             broker = self._kafka[node_id - 1]
             format_storage(broker.directory / "server.properties", found.cluster_id)
             return
-        config = self._gregor.node(node_id).config
-        command = ["format", "--config", str(config), f"--cluster-id={found.cluster_id}"]
-        formatted = subprocess.run(
-            [sys.executable, "-m", "broker.cli", *command],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert formatted.returncode == 0, formatted.stderr
+        format_node(self._gregor.node(node_id).config, found.cluster_id)
 
     def log_tail(self, node_id: int) -> str:
         if self._gregor is not None:

@@ -132,39 +132,48 @@ def produced(frame: bytes) -> Any:
     return body.responses[0].partition_responses[0]
 
 
+def fetch_values(
+    topic: str,
+    max_wait: timedelta,
+    partitions: Iterable[int] = (0,),
+    *,
+    fetch_offset: int = 0,
+    min_bytes: int = 1,
+) -> dict[str, Any]:
+    """A Fetch v12 body (`fill`'s values) of `partitions` from `fetch_offset`, waiting up to
+    `max_wait` for `min_bytes`."""
+    return {
+        "replica_id": -1,
+        "max_wait": max_wait,
+        "min_bytes": min_bytes,
+        "max_bytes": MiB,
+        "isolation_level": 0,
+        "session_id": 0,
+        "session_epoch": -1,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [
+                    {
+                        "partition": partition,
+                        "current_leader_epoch": -1,
+                        "fetch_offset": fetch_offset,
+                        "last_fetched_epoch": -1,
+                        "log_start_offset": -1,
+                        "partition_max_bytes": MiB,
+                    }
+                    for partition in partitions
+                ],
+            }
+        ],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
+
+
 def fetch_frame(topic: str, max_wait: timedelta, partitions: Iterable[int] = (0,)) -> bytes:
     """Fetch v12 of `partitions` from offset 0, waiting up to `max_wait` for one byte."""
-    return request_frame(
-        ApiKey.FETCH,
-        12,
-        {
-            "replica_id": -1,
-            "max_wait": max_wait,
-            "min_bytes": 1,
-            "max_bytes": MiB,
-            "isolation_level": 0,
-            "session_id": 0,
-            "session_epoch": -1,
-            "topics": [
-                {
-                    "topic": topic,
-                    "partitions": [
-                        {
-                            "partition": partition,
-                            "current_leader_epoch": -1,
-                            "fetch_offset": 0,
-                            "last_fetched_epoch": -1,
-                            "log_start_offset": -1,
-                            "partition_max_bytes": MiB,
-                        }
-                        for partition in partitions
-                    ],
-                }
-            ],
-            "forgotten_topics_data": [],
-            "rack_id": "",
-        },
-    )
+    return request_frame(ApiKey.FETCH, 12, fetch_values(topic, max_wait, partitions))
 
 
 def produce(address: tuple[str, int], topic: str, batch: bytes, version: int = 9) -> Any:

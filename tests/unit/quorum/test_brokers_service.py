@@ -34,6 +34,10 @@ def _service(tmp_path: Path) -> MetadataService:
     )
 
 
+def _registration(broker_id: int) -> Registration:
+    return Registration(broker_id, uuid.uuid4(), "c1", (BrokerEndpoint("PLAINTEXT", "h", 9092, 0),))
+
+
 def _fenced(service: MetadataService, broker_id: int) -> bool:
     return service.image.brokers[broker_id].fenced
 
@@ -45,10 +49,7 @@ def test_a_broker_registers_is_unfenced_and_is_fenced_when_it_goes_silent(
         service = _service(tmp_path)
         await service.start()
         try:
-            request = Registration(
-                2, uuid.uuid4(), "c1", (BrokerEndpoint("PLAINTEXT", "h", 9092, 0),)
-            )
-            registered = await service.register(request)
+            registered = await service.register(_registration(2))
             assert registered.error == ErrorCode.none
             # Its epoch is the offset of its registration record in the committed log.
             core = service.driver._core
@@ -80,16 +81,13 @@ def test_a_heartbeat_that_changes_nothing_never_waits_behind_another_request(
 ) -> None:
     """While another request's records wait to commit (the controller's lock held, as by a
     CreateTopics of ten thousand partitions), a heartbeat that writes nothing is answered at
-    once, as Kafka's are: a broker whose heartbeats go unanswered for its session is fenced."""
+    once: a broker whose heartbeats go unanswered for its session is fenced."""
 
     async def main() -> None:
         service = _service(tmp_path)
         await service.start()
         try:
-            request = Registration(
-                2, uuid.uuid4(), "c1", (BrokerEndpoint("PLAINTEXT", "h", 9092, 0),)
-            )
-            registered = await service.register(request)
+            registered = await service.register(_registration(2))
             offset = service.driver.applied - 1
             await service.heartbeat(Heartbeat(2, registered.broker_epoch, offset))
             assert not _fenced(service, 2)

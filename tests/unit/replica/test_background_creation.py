@@ -30,6 +30,12 @@ def _manager(directory: Path, image: MetadataImage) -> tuple[ReplicaManager, Log
     return manager, logs
 
 
+async def _until_created(manager: ReplicaManager) -> None:
+    """Until the background creation has nothing left to do."""
+    while manager._creator is not None and not manager._creator.done():
+        await asyncio.sleep(0.01)
+
+
 def _topic(image: MetadataImage, name: str, partitions: int, leader: int) -> TopicState:
     topic = TopicState(name, uuid.uuid4())
     topic.partitions = {
@@ -53,8 +59,7 @@ def test_partitions_answer_once_their_logs_exist_with_the_newest_state(tmp_path:
         # Meanwhile partition 30 gets a new leader, in a new epoch.
         moved = PartitionState((1, 2, 3), (1, 2, 3), 2, 1, 1)
         manager.apply(PartitionChanged(topic, 30, moved))
-        while manager._creator is not None and not manager._creator.done():
-            await asyncio.sleep(0.01)
+        await _until_created(manager)
         return first, last, manager.get("t", 30)
 
     first, before, after = asyncio.run(main())
@@ -79,8 +84,7 @@ def test_a_topic_deleted_while_its_logs_are_created_leaves_none(tmp_path: Path) 
         await asyncio.sleep(0)  # the first round is on its threads
         del image.topics["gone"]
         manager.apply(TopicRemoved(topic))
-        while manager._creator is not None and not manager._creator.done():
-            await asyncio.sleep(0.01)
+        await _until_created(manager)
 
     asyncio.run(main())
     assert manager.partitions == {}
@@ -105,8 +109,7 @@ def test_a_topic_deleted_and_created_again_mid_round_gets_new_logs(tmp_path: Pat
         new = _topic(image, "again", 20, leader=1)  # same name, a new topic id
         for index, state in new.partitions.items():
             manager.apply(PartitionChanged(new, index, state))
-        while manager._creator is not None and not manager._creator.done():
-            await asyncio.sleep(0.01)
+        await _until_created(manager)
         return new
 
     new = asyncio.run(main())
@@ -134,8 +137,7 @@ def test_a_log_takes_its_topics_configs_as_they_are_when_it_is_created(tmp_path:
         await asyncio.sleep(0)
         await asyncio.sleep(0)  # the round is on its threads
         configs["compacted"] = LogConfig(cleanup_policy=frozenset({"compact"}))
-        while manager._creator is not None and not manager._creator.done():
-            await asyncio.sleep(0.01)
+        await _until_created(manager)
 
     asyncio.run(main())
     assert len(manager.partitions) == 40
