@@ -42,6 +42,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from broker.aio import wait_for
 from broker.protocol import ApiKey, ErrorCode, Request, ResponseBody
 from broker.protocol.fetch import FetchResponse
 from broker.replica import AppendResult, ReplicaManager
@@ -499,7 +500,7 @@ class MetricsEndpoint:
         assert task is not None
         self._connections.add(task)
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.READ_TIMEOUT_S)
+            head = await wait_for(reader.readuntil(b"\r\n\r\n"), self.READ_TIMEOUT_S)
             status, content_type, body = self._answer(head.decode("latin-1"))
             writer.write(
                 f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"

@@ -24,6 +24,7 @@ import struct
 import time
 from collections.abc import Mapping
 
+from broker.aio import wait_for
 from broker.protocol import (
     MalformedInput,
     RequestBody,
@@ -79,7 +80,7 @@ class PeerConnection:
         self._pending[correlation_id] = (api_key, api_version, future)
         try:
             writer.write(encode_request(header, body))
-            return await asyncio.wait_for(future, timeout_s)
+            return await wait_for(future, timeout_s)
         except TimeoutError:
             if self._writer is writer:
                 log.info("%s: no answer within %.0f ms: reconnecting", self, timeout_s * 1000)
@@ -105,7 +106,7 @@ class PeerConnection:
             try:
                 # Bounded: a SYN to an address nobody holds any more goes unanswered for
                 # minutes, and every request would queue behind it.
-                reader, writer = await asyncio.wait_for(
+                reader, writer = await wait_for(
                     asyncio.open_connection(self.host, self.port), timeout_s
                 )
             except (OSError, TimeoutError) as exc:

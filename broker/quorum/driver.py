@@ -53,6 +53,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from broker.aio import wait_for
 from broker.peer import PeerConnection, PeerUnavailable
 from broker.protocol import ErrorCode, MalformedInput, RequestBody, ResponseBody
 from broker.raft import (
@@ -434,7 +435,7 @@ class QuorumDriver:
             self._submit(lambda now: self._core_or_fail().step(message, now))
             wait_s = (self._timeouts.fetch_wait_ms + self._timeouts.request_ms) / 1000
             try:
-                reply = await asyncio.wait_for(waiter, wait_s)
+                reply = await wait_for(waiter, wait_s)
             except TimeoutError:
                 reply = None
             finally:
@@ -490,7 +491,7 @@ class QuorumDriver:
 
         self._submit(step)
         try:
-            return await asyncio.wait_for(persisted, self._timeouts.request_ms / 1000)
+            return await wait_for(persisted, self._timeouts.request_ms / 1000)
         except TimeoutError:
             return False
         finally:
@@ -501,7 +502,7 @@ class QuorumDriver:
         try:
             while not self._stopping:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wakeup.wait(), TICK_S)
+                    await wait_for(self._wakeup.wait(), TICK_S)
                 self._wakeup.clear()
                 if self._fault is not None:
                     raise self._fault

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from broker.aio import wait_for
 from broker.metadata import MetadataImage
 from broker.peer import PeerConnection, PeerUnavailable
 from broker.protocol import ApiKey, ErrorCode, build, request_type
@@ -168,6 +169,10 @@ class ReplicaFetchers:
         peer: PeerConnection | None = None
         try:
             while True:
+                # Cleared first: a change that comes while this round is on its way wakes
+                # the next wait, and one already seen does not (without an endpoint, the
+                # pause below would return at once, round after round, and never yield).
+                fetcher.changed.clear()
                 address = self._address(fetcher.leader)
                 if address is None:
                     log.warning(
@@ -185,7 +190,6 @@ class ReplicaFetchers:
                         *address,
                         client_id=f"replica-fetcher-{settings.node_id}-{fetcher.leader}",
                     )
-                fetcher.changed.clear()
                 request = self._request(fetcher)
                 if request is None:
                     # Nothing to ask now: wait for a change, or until the first held
@@ -229,7 +233,7 @@ class ReplicaFetchers:
         if at_most is not None and timeout is not None:
             timeout = min(timeout, at_most)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(fetcher.changed.wait(), timeout)
+            await wait_for(fetcher.changed.wait(), timeout)
 
     def _address(self, leader: int) -> tuple[str, int] | None:
         image: MetadataImage = self._image()

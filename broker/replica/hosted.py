@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from broker.aio import wait_for
 from broker.metadata import MetadataImage
 from broker.protocol.errors import ErrorCode
 from broker.storage import LogConfig, LogManager
@@ -105,7 +106,7 @@ class HostedPartitions:
         for key in partitions:
             self._waiters.setdefault(key, set()).add(future)
         try:
-            await asyncio.wait_for(future, timeout)
+            await wait_for(future, timeout)
         except TimeoutError:
             pass
         finally:

@@ -17,6 +17,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from broker.aio import wait_for
 from broker.protocol.errors import ErrorCode
 from broker.storage import OffsetOutOfRange
 
@@ -295,7 +296,7 @@ class LeaderReplication(HostedPartitions):
             future: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
             self._trimmed.setdefault(key, []).append((offset, future))
             try:
-                error = await asyncio.wait_for(asyncio.shield(future), max(timeout, 0))
+                error = await wait_for(asyncio.shield(future), max(timeout, 0))
             except TimeoutError:
                 self._forget(self._trimmed, key, future)
                 found = self.get_leader(topic, index)
@@ -357,7 +358,7 @@ class LeaderReplication(HostedPartitions):
             future: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
             self._replicated.setdefault((topic, index), []).append((end_offset, future))
             try:
-                error = await asyncio.wait_for(asyncio.shield(future), max(timeout, 0))
+                error = await wait_for(asyncio.shield(future), max(timeout, 0))
             except TimeoutError:
                 self._forget_waiter((topic, index), future)
                 return ErrorCode.request_timed_out

@@ -2,6 +2,7 @@
 
     python -m tests.faults [--kind gregor|kafka] [--faults N] [--seed N] [--report FILE]
                            [--dir DIR] [--kinds kill,pause,...] [--rate R] [--minutes M]
+                           [--session-timeout-ms MS]
 
 One line per fault as it recovers, the checker's verdicts, then the figures. The JSON report
 (`--report`) is rewritten after every fault, its `summary` field the figures so far, so a
@@ -39,6 +40,12 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         help="stop injecting after this many minutes, however many faults were played",
     )
+    parser.add_argument(
+        "--session-timeout-ms",
+        type=int,
+        default=Settings.session_timeout_ms,
+        help="the nodes' broker.session.timeout.ms; pauses and heartbeats scale with it",
+    )
     args = parser.parse_args(argv)
     kinds = tuple(args.kinds.split(","))
     if unknown := set(kinds) - set(FAULT_KINDS):
@@ -48,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         kinds=kinds,
         rate=args.rate,
+        session_timeout_ms=args.session_timeout_ms,
         budget_seconds=None if args.minutes is None else args.minutes * 60,
     )
     directory = args.dir or Path(tempfile.mkdtemp(prefix=f"faults-{args.kind}-"))

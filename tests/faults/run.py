@@ -86,7 +86,11 @@ def run(
     report = Report(
         system, settings, _commit(), datetime.datetime.now(datetime.UTC).isoformat(" ", "seconds")
     )
-    with three_nodes(system, directory, CLUSTER_SETTINGS) as nodes:
+    cluster_settings = CLUSTER_SETTINGS | {
+        "broker.session.timeout.ms": str(settings.session_timeout_ms),
+        "broker.heartbeat.interval.ms": str(settings.heartbeat_interval_ms),
+    }
+    with three_nodes(system, directory, cluster_settings) as nodes:
         _Run(nodes, settings, report, say, started, report_file).play()
     report.wall_seconds = time.monotonic() - started
     report.finished = True

@@ -31,6 +31,7 @@ import aiokafka
 import aiokafka.errors
 import confluent_kafka
 
+from broker.aio import wait_for
 from broker.protocol import ApiKey, ProtocolError, decode_request
 from tests.golden.verify import (
     CLIENTS,
@@ -174,7 +175,7 @@ def _kafka_python_consume(broker: RecordingBroker) -> None:
 
 
 def _run(coroutine: Coroutine[Any, Any, None]) -> None:
-    asyncio.run(asyncio.wait_for(coroutine, STEP_TIMEOUT))
+    asyncio.run(wait_for(coroutine, STEP_TIMEOUT))
 
 
 def _aiokafka_metadata(broker: RecordingBroker) -> None:

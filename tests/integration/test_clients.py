@@ -28,6 +28,7 @@ from confluent_kafka.admin._config import (
 from confluent_kafka.admin._listoffsets import OffsetSpec
 from confluent_kafka.cimpl import NewPartitions, NewTopic
 
+from broker.aio import wait_for
 from broker.protocol import ApiKey, Codec
 from broker.protocol.records import validate_batch
 from tests.integration.clients import QUIET, admin_client, create_topic, read_all
@@ -139,7 +140,7 @@ def test_aiokafka_produce_and_consume(node: RunningNode, codec: str) -> None:
             got: list[Any] = []
             deadline = time.monotonic() + 20
             while len(got) < len(sent) and time.monotonic() < deadline:
-                batches = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 20)
+                batches = await wait_for(consumer.getmany(timeout_ms=1000), 20)
                 for messages in batches.values():
                     got.extend(messages)
             return got

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from broker.aio import wait_for
 from tests.integration.clients import QUIET, admin_client, create_topic
 from tests.support.kafka_python import close_kafka_python
 from tests.support.nodes import RunningNode, run_node, start_node
@@ -185,7 +186,7 @@ def test_aiokafka_group_consumer(node: RunningNode) -> None:
             await consumer.start()
             count = 0
             while count < 30:
-                batches = await asyncio.wait_for(consumer.getmany(timeout_ms=1000), 20)
+                batches = await wait_for(consumer.getmany(timeout_ms=1000), 20)
                 count += sum(len(messages) for messages in batches.values())
             await consumer.commit()
             committed = [

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.aio import wait_for
 from broker.groups import (
     CommitOffset,
     GroupService,
@@ -181,7 +182,7 @@ def test_a_commit_is_acknowledged_only_once_its_record_is_in_the_log(data_dir: P
         # Observed once the record is at the log and held there (an event, so a slow machine
         # cannot make the check early), then for 50 ms more of loop turns in which an answer
         # not tied to the write would go out.
-        await asyncio.wait_for(gate.waiting.wait(), 5)
+        await wait_for(gate.waiting.wait(), 5)
         await asyncio.sleep(0.05)
         assert not pending.done()
         assert broker.records("g") == []

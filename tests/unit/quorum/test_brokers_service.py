@@ -9,6 +9,7 @@ import time
 import uuid
 from pathlib import Path
 
+from broker.aio import wait_for
 from broker.config import BrokerConfig
 from broker.kraft import MetadataService
 from broker.metadata.brokers import Heartbeat, Registration
@@ -92,7 +93,7 @@ def test_a_heartbeat_that_changes_nothing_never_waits_behind_another_request(
             await service.heartbeat(Heartbeat(2, registered.broker_epoch, offset))
             assert not _fenced(service, 2)
             async with service._lock:  # another request is committing
-                answer = await asyncio.wait_for(
+                answer = await wait_for(
                     service.heartbeat(Heartbeat(2, registered.broker_epoch, offset)), 1
                 )
             assert (answer.error, answer.is_fenced) == (ErrorCode.none, False)

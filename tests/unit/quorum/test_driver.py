@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.aio import wait_for
 from broker.quorum.batches import write_snapshot
 from broker.quorum.driver import NotController, QuorumDriver
 from broker.quorum.store import QuorumStore
@@ -62,7 +63,7 @@ def test_a_single_voter_commits_applies_and_replays_after_a_restart(tmp_path: Pa
     async def run(machine: Machine, proposals: list[list[bytes]]) -> int:
         driver = _driver(tmp_path, ALONE, machine)
         await driver.start()
-        await asyncio.wait_for(driver.wait_caught_up(), 5)
+        await wait_for(driver.wait_caught_up(), 5)
         end = driver.applied
         for payloads in proposals:
             end = await driver.propose(payloads)
@@ -93,7 +94,7 @@ def test_a_restarted_follower_has_not_caught_up_before_a_leader_answers(tmp_path
         driver = _driver(tmp_path, voters)
         await driver.start()
         try:
-            await asyncio.wait_for(driver.wait_caught_up(), 1.0)
+            await wait_for(driver.wait_caught_up(), 1.0)
         except TimeoutError:
             return False
         finally:
@@ -107,7 +108,7 @@ def test_a_failed_metadata_disk_refuses_proposals_instead_of_hanging(tmp_path: P
     async def main() -> None:
         driver = _driver(tmp_path, ALONE)
         await driver.start()
-        await asyncio.wait_for(driver.wait_caught_up(), 5)
+        await wait_for(driver.wait_caught_up(), 5)
         await driver.propose([b"a"])
 
         def failing_disk(*args: object, **kwargs: object) -> None:
@@ -120,7 +121,7 @@ def test_a_failed_metadata_disk_refuses_proposals_instead_of_hanging(tmp_path: P
         assert isinstance(driver.failed, OSError)
         assert not driver.is_active
         with pytest.raises(NotController):
-            await asyncio.wait_for(driver.propose([b"c"]), 2)
+            await wait_for(driver.propose([b"c"]), 2)
 
     asyncio.run(main())
 
@@ -129,7 +130,7 @@ def test_a_caller_that_gives_up_does_not_stop_the_quorum(tmp_path: Path) -> None
     async def main() -> None:
         driver = _driver(tmp_path, ALONE)
         await driver.start()
-        await asyncio.wait_for(driver.wait_caught_up(), 5)
+        await wait_for(driver.wait_caught_up(), 5)
         # Refused once dequeued (its entries would not go where it said), after its caller
         # was cancelled, as MetadataService.close cancels a registration under way.
         waiting = asyncio.ensure_future(driver.propose([b"x"], first_offset=10_000))
@@ -161,7 +162,7 @@ def test_a_big_proposal_is_prepared_in_slices_and_applied_whole(tmp_path: Path) 
         machine = Slow()
         driver = _driver(tmp_path, ALONE, machine)
         await driver.start()
-        await asyncio.wait_for(driver.wait_caught_up(), 5)
+        await wait_for(driver.wait_caught_up(), 5)
         before = (machine.prepared, len(machine.applied))
         seen: set[tuple[int, int]] = set()
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.aio import wait_for
 from broker.metadata import MetadataImage, PartitionState
 from broker.protocol import ErrorCode
 from broker.replica import ReplicaManager
@@ -63,7 +64,7 @@ def test_a_cancelled_append_keeps_the_partitions_turn_until_its_write_is_in(
         await asyncio.gather(first, return_exceptions=True)
         assert not second.done(), "the small append went ahead of a write not yet taken in"
         gate.set()
-        result = await asyncio.wait_for(second, 10)
+        result = await wait_for(second, 10)
         assert result.error == ErrorCode.none, result
         assert result.info is not None
         return result.info.first_offset, log.log_end_offset

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.aio import wait_for
 from broker.metadata import MetadataImage, PartitionChanged, PartitionState
 from broker.metadata.image import TopicState
 from broker.metadata.records import (
@@ -154,7 +155,7 @@ def test_delete_records_answers_once_every_live_replica_has_followed(
         await asyncio.sleep(0.01)
         assert not waiting.done(), "node 3 has not"
         replicas.replica_3_at(20, 10)
-        return await asyncio.wait_for(waiting, 1)
+        return await wait_for(waiting, 1)
 
     assert asyncio.run(scenario()) == (ErrorCode.none, 10)
 
@@ -196,7 +197,7 @@ def test_a_leader_that_stops_leading_tells_the_waiting_delete_records(
         replicas.leader.apply(
             PartitionChanged(TOPIC, 0, PartitionState((1, 2, 3), (2, 3), 2, 1, 1))
         )
-        return await asyncio.wait_for(waiting, 1)
+        return await wait_for(waiting, 1)
 
     assert asyncio.run(scenario()) == (ErrorCode.not_leader_or_follower, -1)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.aio import wait_for
 from broker.metadata import MetadataImage, PartitionChanged, PartitionState
 from broker.metadata.image import TopicState
 from broker.protocol import ErrorCode
@@ -118,7 +119,7 @@ def test_acks_all_is_answered_when_the_isr_has_the_batch(leader: ReplicaManager)
         await asyncio.sleep(0.01)
         assert not waiting.done()  # replica 3 is in the ISR too
         leader.follower_fetched(partition, 3, 2)
-        done = await asyncio.wait_for(waiting, 1)
+        done = await wait_for(waiting, 1)
         timed_out = await leader.wait_for_replication("t", 0, 10, 0.05)
         return done, timed_out
 
@@ -131,7 +132,7 @@ def test_acks_all_waiters_learn_the_leader_moved(leader: ReplicaManager) -> None
         leader.append("t", 0, batch(1), acks=-1)
         await asyncio.sleep(0.01)
         leader.apply(PartitionChanged(TOPIC, 0, _state(2, 1)))
-        return await asyncio.wait_for(waiting, 1)
+        return await wait_for(waiting, 1)
 
     assert asyncio.run(scenario()) == ErrorCode.not_leader_or_follower
 

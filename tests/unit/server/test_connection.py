@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from broker.aio import wait_for
 from broker.protocol import ApiKey
 from broker.server import Dispatcher, RequestContext, parked
 from broker.server.connection import Connection
@@ -31,8 +32,8 @@ async def _busy_then_gone(handler: Any, events: list[str], expected: str, goes: 
         while not registry or not next(iter(registry)).busy:
             await asyncio.sleep(0.01)
         _vanish(writer, reset=goes == "resets")
-        await asyncio.wait_for(_until(lambda: events == [expected]), 5)
-        await asyncio.wait_for(_until(lambda: not registry), 5)
+        await wait_for(_until(lambda: events == [expected]), 5)
+        await wait_for(_until(lambda: not registry), 5)
 
 
 async def _serve(handler: Any) -> tuple[asyncio.Server, set[Connection], int]:
@@ -56,7 +57,7 @@ def test_a_parked_request_is_cancelled_when_its_client_goes_away(goes: str) -> N
             events.append("cancelled")
             raise
 
-    asyncio.run(asyncio.wait_for(_busy_then_gone(long_poll, events, "cancelled", goes), 30))
+    asyncio.run(wait_for(_busy_then_gone(long_poll, events, "cancelled", goes), 30))
 
 
 def test_work_in_progress_is_left_to_finish_when_its_client_goes_away() -> None:
@@ -66,7 +67,7 @@ def test_work_in_progress_is_left_to_finish_when_its_client_goes_away() -> None:
         await asyncio.sleep(0.3)  # not parked: e.g. an append being made durable
         events.append("finished")
 
-    asyncio.run(asyncio.wait_for(_busy_then_gone(working, events, "finished", "resets"), 30))
+    asyncio.run(wait_for(_busy_then_gone(working, events, "finished", "resets"), 30))
 
 
 def test_a_pipelining_client_gets_one_request_per_turn_of_the_loop() -> None:
@@ -87,14 +88,14 @@ def test_a_pipelining_client_gets_one_request_per_turn_of_the_loop() -> None:
             # Once the first is processed the broker has read ahead of it (the 50 frames came
             # in one segment): an event, so the other request cannot arrive before the 16
             # and be answered early by accident, however slow the machine.
-            await asyncio.wait_for(_until(lambda: "busy" in order), 5)
+            await wait_for(_until(lambda: "busy" in order), 5)
             other.write(api_versions_frame(99, "unit"))
             await other.drain()
-            await asyncio.wait_for(_until(lambda: "unit" in order), 5)
+            await wait_for(_until(lambda: "unit" in order), 5)
             busy.close()
             other.close()
 
-    asyncio.run(asyncio.wait_for(scenario(), 30))
+    asyncio.run(wait_for(scenario(), 30))
     # Sent once the pipeliner's first requests were being worked through, the other client's
     # request is answered within a turn or two, not after the 16 read ahead of it.
     assert order.index("unit") < 16, order
@@ -121,11 +122,11 @@ def test_a_large_request_is_read_in_place_and_its_memory_given_back_once_answere
             _, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(produce_frame("t", 2 << 20))
             await writer.drain()
-            await asyncio.wait_for(_until(lambda: bool(seen)), 10)
-            await asyncio.wait_for(_until(lambda: seen[0][2].closed), 10)
+            await wait_for(_until(lambda: bool(seen)), 10)
+            await wait_for(_until(lambda: seen[0][2].closed), 10)
             writer.close()
 
-    asyncio.run(asyncio.wait_for(scenario(), 30))
+    asyncio.run(wait_for(scenario(), 30))
     kind, readonly, buffer, size = seen[0]
     assert kind is memoryview
     assert readonly

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from broker.aio import wait_for
 from broker.peer import PeerConnection, PeerUnavailable
 from broker.protocol import (
     ApiKey,
@@ -72,7 +73,7 @@ def test_a_request_that_times_out_drops_the_connection_and_the_next_one_reconnec
                 await peer.request(ApiKey.API_VERSIONS, 0, request, timeout_s=0.2)
             # The other request on that connection fails at once rather than waiting it out.
             with pytest.raises(PeerUnavailable):
-                await asyncio.wait_for(in_flight, 1)
+                await wait_for(in_flight, 1)
             answer: Any = await peer.request(ApiKey.API_VERSIONS, 0, request, timeout_s=5)
             assert answer.error_code == ErrorCode.none
             assert connections == [1, 2]
@@ -110,7 +111,7 @@ def test_a_connect_that_never_completes_gives_up_within_the_request_timeout() ->
             await peer.close()
 
     try:
-        asyncio.run(asyncio.wait_for(scenario(), 30))  # before: TCP's SYN retries, 2 minutes
+        asyncio.run(wait_for(scenario(), 30))  # before: TCP's SYN retries, 2 minutes
     finally:
         for sock in (*fillers, listener):
             sock.close()

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from broker.aio import wait_for
 from broker.server.sendfile import RegionTruncated, send_region
 from broker.storage import FileSlice, PinnedSlice
 
@@ -25,7 +26,7 @@ from broker.storage import FileSlice, PinnedSlice
 def in_loop(test: Callable[[Path], Coroutine[Any, Any, None]]) -> Callable[[Path], None]:
     @functools.wraps(test)
     def run(tmp_path: Path) -> None:
-        asyncio.run(asyncio.wait_for(test(tmp_path), 60))
+        asyncio.run(wait_for(test(tmp_path), 60))
 
     return run
 
