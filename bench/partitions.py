@@ -2,6 +2,7 @@
 nodes, then each node restarted in turn, while another client keeps producing.
 
     python -m bench.partitions [--target both|gregor|kafka] [--partitions N] [--no-restarts]
+                               [--dir DIR]
 
 Each target is three combined nodes (broker and controller in each process, all three voters)
 started afresh on this machine, as `tests/support/clusters.py` starts them. A *probe* produces
@@ -29,6 +30,7 @@ machine the probe, the watcher and the three nodes compete for the CPU.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 import threading
@@ -157,55 +159,65 @@ def _wait_hosted(cluster: ThreeNodes, topic: str, partitions: int, timeout: floa
             time.sleep(1)
 
 
-def run(kind: str, partitions: int, restarts: bool) -> Iterator[str]:
-    with tempfile.TemporaryDirectory() as tmp, three_nodes(kind, Path(tmp)) as cluster:
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap, **QUIET})
-        admin.create_topics([NewTopic(PROBE, 1, 3)])[PROBE].result(60)
-        timeline = Timeline()
-        threads = [
-            threading.Thread(target=_probe, args=(cluster.bootstrap, timeline)),
-            threading.Thread(target=_watch, args=(cluster, timeline)),
-        ]
+def run(kind: str, partitions: int, restarts: bool, keep: Path | None = None) -> Iterator[str]:
+    """The phases' lines; the nodes' data and logs go under `keep` (kept) if given."""
+    with contextlib.ExitStack() as stack:
+        if keep is None:
+            where = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        else:
+            where = keep / kind
+            where.mkdir(parents=True)
+        yield from _run(stack.enter_context(three_nodes(kind, where)), partitions, restarts)
+
+
+def _run(cluster: ThreeNodes, partitions: int, restarts: bool) -> Iterator[str]:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, **QUIET})
+    admin.create_topics([NewTopic(PROBE, 1, 3)])[PROBE].result(60)
+    timeline = Timeline()
+    threads = [
+        threading.Thread(target=_probe, args=(cluster.bootstrap, timeline)),
+        threading.Thread(target=_watch, args=(cluster, timeline)),
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        while not any(rt is not None for _, rt in timeline.sends):
+            time.sleep(0.1)  # the producer has its id and its connections
+        begin = time.monotonic()
+        time.sleep(5)
+        created = time.monotonic()
+        yield _phase("idle", timeline, begin, created)
+        answer = admin.create_topics(
+            [NewTopic(BIG, partitions, 3)], operation_timeout=600, request_timeout=600
+        )
+        answer[BIG].result(900)
+        answered = time.monotonic() - created
+        _wait_led(admin, BIG, partitions, 900)
+        led = time.monotonic() - created
+        _wait_hosted(cluster, BIG, partitions, 900)
+        hosted = time.monotonic() - created
+        time.sleep(10)
+        yield (
+            _phase("create", timeline, created, time.monotonic())
+            + f"; answered in {answered:.1f} s, all led and in sync after {led:.1f} s, "
+            f"every log on every node after {hosted:.1f} s"
+        )
+        if restarts:
+            for node in (1, 2, 3):
+                start = time.monotonic()
+                code = cluster.stop(node)
+                stopped = time.monotonic() - start
+                cluster.restart(node, timeout=900)
+                _wait_led(admin, PROBE, 1, 600)
+                _wait_listed(timeline, node, 600)
+                yield (
+                    _phase(f"restart {node}", timeline, start, time.monotonic(), node)
+                    + f"; exit code {code} after {stopped:.1f} s"
+                )
+    finally:
+        timeline.stop.set()
         for thread in threads:
-            thread.start()
-        try:
-            while not any(rt is not None for _, rt in timeline.sends):
-                time.sleep(0.1)  # the producer has its id and its connections
-            begin = time.monotonic()
-            time.sleep(5)
-            created = time.monotonic()
-            yield _phase("idle", timeline, begin, created)
-            answer = admin.create_topics(
-                [NewTopic(BIG, partitions, 3)], operation_timeout=600, request_timeout=600
-            )
-            answer[BIG].result(900)
-            answered = time.monotonic() - created
-            _wait_led(admin, BIG, partitions, 900)
-            led = time.monotonic() - created
-            _wait_hosted(cluster, BIG, partitions, 900)
-            hosted = time.monotonic() - created
-            time.sleep(10)
-            yield (
-                _phase("create", timeline, created, time.monotonic())
-                + f"; answered in {answered:.1f} s, all led and in sync after {led:.1f} s, "
-                f"every log on every node after {hosted:.1f} s"
-            )
-            if restarts:
-                for node in (1, 2, 3):
-                    start = time.monotonic()
-                    code = cluster.stop(node)
-                    stopped = time.monotonic() - start
-                    cluster.restart(node, timeout=900)
-                    _wait_led(admin, PROBE, 1, 600)
-                    _wait_listed(timeline, node, 600)
-                    yield (
-                        _phase(f"restart {node}", timeline, start, time.monotonic(), node)
-                        + f"; exit code {code} after {stopped:.1f} s"
-                    )
-        finally:
-            timeline.stop.set()
-            for thread in threads:
-                thread.join()
+            thread.join()
 
 
 def _wait_listed(timeline: Timeline, node: int, timeout: float) -> None:
@@ -223,10 +235,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", choices=("both", "gregor", "kafka"), default="gregor")
     parser.add_argument("--partitions", type=int, default=9_999)
     parser.add_argument("--no-restarts", action="store_true")
+    parser.add_argument(
+        "--dir", type=Path, help="keep the nodes' data and logs here (a new directory per target)"
+    )
     args = parser.parse_args(argv)
     kinds = ("gregor", "kafka") if args.target == "both" else (args.target,)
     for kind in kinds:
-        for line in run(kind, args.partitions, not args.no_restarts):
+        for line in run(kind, args.partitions, not args.no_restarts, args.dir):
             print(f"{kind} {line}", flush=True)
     return 0
 

@@ -260,6 +260,9 @@ class BrokerConfig:
     offsets_commit_timeout_ms: int = 5000
     """`offsets.commit.timeout.ms`: a group coordinator's write waits this long for the ISR
     of its `__consumer_offsets` partition."""
+    max_incremental_fetch_session_cache_slots: int = 1000
+    """`max.incremental.fetch.session.cache.slots`: fetch sessions (KIP-227) this node keeps;
+    0 answers every fetch without one."""
     replica_fetch_wait_max_ms: int = 500
     """`replica.fetch.wait.max.ms`: how long a follower's fetch waits at the leader for data."""
     replica_fetch_min_bytes: int = 1
@@ -593,6 +596,10 @@ _BROKER: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", _int(0)),
     "log.cleaner.dedupe.buffer.size": ("log_cleaner_dedupe_buffer_size", _int(1)),
     "offsets.commit.timeout.ms": ("offsets_commit_timeout_ms", _int(1)),
+    "max.incremental.fetch.session.cache.slots": (
+        "max_incremental_fetch_session_cache_slots",
+        _int(0),
+    ),
     "replica.fetch.wait.max.ms": ("replica_fetch_wait_max_ms", _int(0)),
     "replica.fetch.min.bytes": ("replica_fetch_min_bytes", _int(1)),
     "replica.fetch.max.bytes": ("replica_fetch_max_bytes", _int(1)),

@@ -5,9 +5,9 @@ partitions it asks for (a purgatory keyed by partition, woken by appends). Sizes
 `max_bytes` bounds the response and `partition_max_bytes` each partition, but the first
 partition with data always returns at least one whole batch so a large batch cannot stall a
 consumer. Records are not read here: each partition's answer holds a pinned slice of its
-segment, which the server sends with `sendfile` (`broker/protocol/fetch.py`). Fetch sessions
-(KIP-227) are not kept: every response has session id 0, which tells clients to send full
-fetch requests.
+segment, which the server sends with `sendfile` (`broker/protocol/fetch.py`). From v7, fetch
+sessions (KIP-227, `fetch_sessions.py`): an incremental fetch names only the partitions that
+moved, and is answered only those with something new.
 
 From v13 topics come by id (KIP-516), resolved through the metadata image; from v16 a partition
 whose leader moved names the new leader and its endpoint (KIP-951).
@@ -27,29 +27,61 @@ by listener, and without an authorizer allows them on any.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
+from broker.aio import wait_for
 from broker.protocol import ErrorCode
 from broker.protocol.fetch import FetchPartition, FetchResponse, FetchTopic, NodeEndpoint
 from broker.replica import FetchResult
 from broker.server import RequestContext, parked
 
-from .context import NodeState
+from .context import NodeState, steady_clock_ms
+from .fetch_sessions import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    NOT_SENT,
+    SWEEP_MS,
+    FetchSession,
+    FetchSessionCache,
+    SessionKey,
+    SessionPartition,
+    session_key,
+)
 
 __all__ = ["Handler"]
 
 FIRST_TOPIC_ID_VERSION = 13
 FIRST_CURRENT_LEADER_VERSION = 16
 FIRST_REPLICA_STATE_VERSION = 15
+FIRST_SESSION_VERSION = 7
 _LEADER_MOVED = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)
 _UNKNOWN_TOPIC_ID = FetchResult(ErrorCode.unknown_topic_id)
+
+
+@dataclass(slots=True)
+class _Wanted:
+    """One partition a fetch reads: as the request names it, or as its session holds it."""
+
+    name: str | None
+    """None for a topic id this node does not know."""
+    topic_id: uuid.UUID
+    wanted: Any
+    """The request's partition, or the session's (`SessionPartition`)."""
+    named: bool = True
+    """Named by this request (an incremental fetch names only what moved)."""
 
 
 class Handler:
     def __init__(self, state: NodeState) -> None:
         self._state = state
         self._replicas = state.replicas
+        self._sessions = FetchSessionCache(
+            state.config.max_incremental_fetch_session_cache_slots, on_remove=self._unwatch_all
+        )
+        self._steady = steady_clock_ms()
 
     async def __call__(self, context: RequestContext, request: Any) -> FetchResponse:
         version = context.header.api_version
@@ -58,48 +90,183 @@ class Handler:
         # From v13 topics are named by id (KIP-516); an id the image does not know is answered
         # UNKNOWN_TOPIC_ID for each of its partitions, as Kafka does.
         names = [self._name(topic, version) for topic in request.topics]
-        keys = [
-            (name, p.partition)
-            for name, t in zip(names, request.topics, strict=True)
-            if name is not None
-            for p in t.partitions
-        ]
         replica_id, replica_epoch = _replica(request, version)
         if replica_id >= 0:
             # A broker's fetch only with that broker's current epoch (`replica_fetch_error`).
             refused = self._replicas.replica_fetch_error(replica_id, replica_epoch)
             if refused is not None:
                 return _refused(request, names, refused)
-        while True:
-            reads, total, errors = self._read(request, names, replica_id)
-            remaining = deadline - loop.time()
-            if total >= request.min_bytes or errors or remaining <= 0 or not keys:
-                break
-            with parked():  # a client that goes away does not leave its wait behind
-                await self._replicas.wait_for_append(keys, remaining)
-        # No await from the read to here: every slice is pinned before the log can change.
-        endpoints: dict[int, NodeEndpoint] = {}
-        responses = []
-        for topic, name, partitions in zip(request.topics, names, reads, strict=True):
-            answers = []
-            for wanted, got in partitions:
-                answer = _partition(wanted, got)
-                if version >= FIRST_CURRENT_LEADER_VERSION and got.error in _LEADER_MOVED:
-                    assert name is not None  # an unknown topic id is not a moved leader
-                    self._point_at_leader(answer, name, context.listener, endpoints)
-                answers.append(answer)
-            responses.append(
-                FetchTopic(
-                    name or "", tuple(answers), getattr(topic, "topic_id", None) or uuid.UUID(int=0)
-                )
+        session = None
+        named: set[SessionKey] | None = None
+        if version >= FIRST_SESSION_VERSION:
+            opened = self._session(request, names, replica_id, version)
+            if isinstance(opened, ErrorCode):
+                return FetchResponse(0, opened, 0, ())
+            session, named = opened
+        if session is None:
+            reads = await self._read_sessionless(request, names, replica_id, deadline)
+        else:
+            reads = await self._read_session(
+                session, named, request, version=version, replica_id=replica_id, deadline=deadline
             )
+            # No await from the read to here: every slice is pinned before the log can change.
+            reads = self._told(session, reads, named is not None)
         return FetchResponse(
             throttle_time_ms=0,
             error_code=ErrorCode.none,
-            session_id=0,
-            responses=tuple(responses),
-            node_endpoints=tuple(endpoints.values()),
+            session_id=0 if session is None else session.session_id,
+            **self._answers(reads, version, context.listener),
         )
+
+    async def _read_sessionless(
+        self, request: Any, names: list[str | None], replica_id: int, deadline: float
+    ) -> list[tuple[_Wanted, FetchResult]]:
+        wanted = [
+            _Wanted(name, _topic_id(topic), partition)
+            for name, topic in zip(names, request.topics, strict=True)
+            for partition in topic.partitions
+        ]
+        keys = [(w.name, w.wanted.partition) for w in wanted if w.name is not None]
+        loop = asyncio.get_running_loop()
+        while True:
+            reads, total, errors = self._read(wanted, request.max_bytes, replica_id, False)
+            remaining = deadline - loop.time()
+            if total >= request.min_bytes or errors or remaining <= 0 or not keys:
+                return reads
+            with parked():  # a client that goes away does not leave its wait behind
+                await self._replicas.wait_for_append(keys, remaining)
+
+    async def _read_session(
+        self,
+        session: FetchSession,
+        named: set[SessionKey] | None,
+        request: Any,
+        *,
+        version: int,
+        replica_id: int,
+        deadline: float,
+    ) -> list[tuple[_Wanted, FetchResult]]:
+        """Read a session's partitions: all of them for a full fetch (`named` None), and
+        every `SWEEP_MS`; otherwise those the fetch named, those always read, and those
+        touched since the last fetch or while this one waits."""
+        now = self._steady()
+        if named is None or now - session.last_sweep_ms >= SWEEP_MS:
+            session.last_sweep_ms = now
+            chosen = list(session.partitions)
+        else:
+            chosen = list(dict.fromkeys([*named, *session.always, *self._touched(session)]))
+        session.touched_keys.clear()
+        names: dict[uuid.UUID, str | None] = {}
+        loop = asyncio.get_running_loop()
+        while True:
+            session.woken.clear()
+            wanted = [
+                self._wanted(session, key, version, names, named)
+                for key in chosen
+                if key in session.partitions
+            ]
+            reads, total, errors = self._read(
+                wanted, request.max_bytes, replica_id, named is not None
+            )
+            remaining = deadline - loop.time()
+            if total >= request.min_bytes or errors or remaining <= 0 or not session.watched:
+                return reads
+            with parked(), contextlib.suppress(TimeoutError):
+                await wait_for(session.woken.wait(), remaining)
+            chosen = list(dict.fromkeys([*chosen, *self._touched(session)]))
+            session.touched_keys.clear()
+
+    @staticmethod
+    def _touched(session: FetchSession) -> list[SessionKey]:
+        return [session.watched[k] for k in session.touched_keys if k in session.watched]
+
+    def _wanted(
+        self,
+        session: FetchSession,
+        key: SessionKey,
+        version: int,
+        names: dict[uuid.UUID, str | None],
+        named: set[SessionKey] | None,
+    ) -> _Wanted:
+        held = session.partitions[key]
+        if version < FIRST_TOPIC_ID_VERSION:
+            resolved: str | None = held.topic
+        else:
+            if held.topic_id not in names:
+                names[held.topic_id] = self._state.topic_name(held.topic_id)
+            resolved = names[held.topic_id]
+        return _Wanted(resolved, held.topic_id, held, named is None or key in named)
+
+    def _watch(self, session: FetchSession, key: SessionKey, held: SessionPartition) -> None:
+        """The replica manager tells `session` of every change of this partition."""
+        if held.topic:
+            session.watched[(held.topic, held.partition)] = key
+            self._replicas.watch((held.topic, held.partition), session)
+        session.always.add(key)
+
+    def _unwatch(self, session: FetchSession, held: SessionPartition) -> None:
+        watched = (held.topic, held.partition)
+        if session.watched.pop(watched, None) is not None:
+            self._replicas.unwatch(watched, session)
+
+    def _unwatch_all(self, session: FetchSession) -> None:
+        for watched in session.watched:
+            self._replicas.unwatch(watched, session)
+        session.watched.clear()
+
+    def _session(
+        self, request: Any, names: list[str | None], replica_id: int, version: int
+    ) -> tuple[FetchSession | None, set[SessionKey] | None] | ErrorCode:
+        """KIP-227: the session this fetch reads through, with the partitions it names if it
+        is incremental (None for a full fetch), or the error it is answered with. Epoch -1
+        fetches without a session (closing the one named), 0 starts one (when the cache has
+        room), any other continues the one named."""
+        session_id, epoch = request.session_id, request.session_epoch
+        now = self._steady()
+        if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
+            if session_id != 0:
+                self._sessions.remove(session_id)
+            if epoch == FINAL_EPOCH:
+                return None, None
+            partitions = [
+                _session_partition(topic, name, partition)
+                for name, topic in zip(names, request.topics, strict=True)
+                for partition in topic.partitions
+            ]
+            session = self._sessions.create(replica_id, partitions, now)
+            if session is not None:
+                for key, held in session.partitions.items():
+                    self._watch(session, key, held)
+            return session, None
+        session = self._sessions.get(session_id, now)
+        if session is None or session.replica_id != replica_id:
+            return ErrorCode.fetch_session_id_not_found
+        if session.next_epoch != epoch:
+            return ErrorCode.invalid_fetch_session_epoch
+        session.advance()
+        named: set[SessionKey] = set()
+        for name, topic in zip(names, request.topics, strict=True):
+            topic_id = _topic_id(topic)
+            by_name = getattr(topic, "topic", "") if version < FIRST_TOPIC_ID_VERSION else ""
+            for partition in topic.partitions:
+                key = session_key(topic_id, by_name, partition.partition)
+                named.add(key)
+                known = session.partitions.get(key)
+                if known is None:
+                    added = session.partitions[key] = _session_partition(topic, name, partition)
+                    self._watch(session, key, added)
+                else:
+                    known.update(partition)
+        for forgotten in request.forgotten_topics_data:
+            forgotten_id: uuid.UUID | None = getattr(forgotten, "topic_id", None)
+            for index in forgotten.partitions:
+                key = session_key(forgotten_id, getattr(forgotten, "topic", ""), index)
+                gone = session.partitions.pop(key, None)
+                if gone is not None:
+                    self._unwatch(session, gone)
+                    session.always.discard(key)
+                named.discard(key)
+        return session, named
 
     def _name(self, topic: Any, version: int) -> str | None:
         if version < FIRST_TOPIC_ID_VERSION:
@@ -117,48 +284,152 @@ class Handler:
         if leader.node is not None:
             endpoints[leader.node[0]] = NodeEndpoint(*leader.node)
 
+    def _idle(self, item: _Wanted, replica_id: int) -> bool:
+        """An incremental fetch's partition it did not name, with nothing new since the
+        session was last told of it: left out of the read and of the answer."""
+        held = item.wanted
+        if item.named or item.name is None or held.sent_high_watermark == NOT_SENT:
+            return False
+        if replica_id >= 0:
+            return self._replicas.follower_idle(
+                item.name,
+                held.partition,
+                replica_id,
+                held.fetch_offset,
+                leader_epoch=held.sent_leader_epoch,
+                high_watermark=held.sent_high_watermark,
+                log_start_offset=held.sent_log_start_offset,
+            )
+        return self._replicas.consumer_idle(
+            item.name,
+            held.partition,
+            held.fetch_offset,
+            leader_epoch=held.sent_leader_epoch,
+            high_watermark=held.sent_high_watermark,
+            log_start_offset=held.sent_log_start_offset,
+        )
+
     def _read(
-        self, request: Any, names: list[str | None], replica_id: int
-    ) -> tuple[list[list[tuple[Any, FetchResult]]], int, bool]:
-        budget = request.max_bytes
+        self, wanted: list[_Wanted], max_bytes: int, replica_id: int, incremental: bool
+    ) -> tuple[list[tuple[_Wanted, FetchResult]], int, bool]:
+        budget = max_bytes
         total = 0
         errors = False
         reads = []
-        for topic, name in zip(request.topics, names, strict=True):
-            partitions = []
-            for wanted in topic.partitions:
-                if name is None:
-                    result = _UNKNOWN_TOPIC_ID
-                elif replica_id >= 0:
-                    result = self._replicas.read_for_follower(
-                        name,
-                        wanted.partition,
-                        replica_id,
-                        wanted.fetch_offset,
-                        max(min(wanted.partition_max_bytes, budget), 0),
-                        min_one_batch=total == 0,
-                        current_leader_epoch=getattr(wanted, "current_leader_epoch", -1),
-                        last_fetched_epoch=getattr(wanted, "last_fetched_epoch", -1),
-                        log_start_offset=getattr(wanted, "log_start_offset", -1),
-                    )
-                else:
-                    result = self._replicas.read(
-                        name,
-                        wanted.partition,
-                        wanted.fetch_offset,
-                        max(min(wanted.partition_max_bytes, budget), 0),
-                        min_one_batch=total == 0,
-                        # Only from v9 (KIP-320): older fetches skip the leader epoch check.
-                        current_leader_epoch=getattr(wanted, "current_leader_epoch", -1),
-                    )
-                if result.records is not None:
-                    total += result.records.size
-                    budget -= result.records.size
-                if result.error != ErrorCode.none or result.diverging_epoch is not None:
-                    errors = True  # answered at once, as Kafka does
-                partitions.append((wanted, result))
-            reads.append(partitions)
+        for item in wanted:
+            if incremental and self._idle(item, replica_id):
+                continue
+            name, partition = item.name, item.wanted
+            if name is None:
+                result = _UNKNOWN_TOPIC_ID
+            elif replica_id >= 0:
+                result = self._replicas.read_for_follower(
+                    name,
+                    partition.partition,
+                    replica_id,
+                    partition.fetch_offset,
+                    max(min(partition.partition_max_bytes, budget), 0),
+                    min_one_batch=total == 0,
+                    current_leader_epoch=getattr(partition, "current_leader_epoch", -1),
+                    last_fetched_epoch=getattr(partition, "last_fetched_epoch", -1),
+                    log_start_offset=getattr(partition, "log_start_offset", -1),
+                )
+            else:
+                result = self._replicas.read(
+                    name,
+                    partition.partition,
+                    partition.fetch_offset,
+                    max(min(partition.partition_max_bytes, budget), 0),
+                    min_one_batch=total == 0,
+                    # Only from v9 (KIP-320): older fetches skip the leader epoch check.
+                    current_leader_epoch=getattr(partition, "current_leader_epoch", -1),
+                )
+            if result.records is not None:
+                total += result.records.size
+                budget -= result.records.size
+            if result.error != ErrorCode.none or result.diverging_epoch is not None:
+                errors = True  # answered at once, as Kafka does
+            reads.append((item, result))
         return reads, total, errors
+
+    def _told(
+        self,
+        session: FetchSession,
+        reads: list[tuple[_Wanted, FetchResult]],
+        incremental: bool,
+    ) -> list[tuple[_Wanted, FetchResult]]:
+        """What the answer carries (all of a full fetch; of an incremental one, what the
+        session was not told yet), remembered as told; partitions that returned records go
+        to the end of the session's order."""
+        answered = []
+        for item, result in reads:
+            held = item.wanted
+            records = result.records is not None and result.records.size > 0
+            moved = (
+                result.high_watermark != held.sent_high_watermark
+                or result.log_start_offset != held.sent_log_start_offset
+            )
+            failed = result.error != ErrorCode.none or result.diverging_epoch is not None
+            if not incremental or records or moved or failed:
+                answered.append((item, result))
+            key = session_key(held.topic_id, held.topic, held.partition)
+            if failed or (
+                session.privileged
+                and not self._replicas.follower_in_sync(
+                    item.name or "", held.partition, session.replica_id
+                )
+            ):
+                session.always.add(key)
+            else:
+                session.always.discard(key)
+            if failed:
+                held.forget_sent()
+            else:
+                held.sent_high_watermark = result.high_watermark
+                held.sent_log_start_offset = result.log_start_offset
+                held.sent_leader_epoch = self._replicas.leader_epoch_of(
+                    item.name or "", held.partition
+                )
+            if records:
+                session.partitions.move_to_end(key)
+        return answered
+
+    def _answers(
+        self, reads: list[tuple[_Wanted, FetchResult]], version: int, listener: str
+    ) -> dict[str, Any]:
+        """The response's topics, each partition answered in the order read, and the moved
+        leaders' endpoints (KIP-951)."""
+        endpoints: dict[int, NodeEndpoint] = {}
+        topics: dict[tuple[str | None, uuid.UUID], list[FetchPartition]] = {}
+        for item, got in reads:
+            answer = _partition(item.wanted, got)
+            if version >= FIRST_CURRENT_LEADER_VERSION and got.error in _LEADER_MOVED:
+                assert item.name is not None  # an unknown topic id is not a moved leader
+                self._point_at_leader(answer, item.name, listener, endpoints)
+            topics.setdefault((item.name, item.topic_id), []).append(answer)
+        return {
+            "responses": tuple(
+                FetchTopic(name or "", tuple(answers), topic_id)
+                for (name, topic_id), answers in topics.items()
+            ),
+            "node_endpoints": tuple(endpoints.values()),
+        }
+
+
+def _topic_id(topic: Any) -> uuid.UUID:
+    return getattr(topic, "topic_id", None) or uuid.UUID(int=0)
+
+
+def _session_partition(topic: Any, name: str | None, partition: Any) -> SessionPartition:
+    held = SessionPartition(
+        _topic_id(topic),
+        name or getattr(topic, "topic", "") or "",
+        partition.partition,
+        partition.fetch_offset,
+        partition.partition_max_bytes,
+    )
+    held.update(partition)
+    return held
 
 
 def _replica(request: Any, version: int) -> tuple[int, int]:

@@ -43,6 +43,7 @@ THROTTLE_BACKOFF_S = 0.1
 """How long a partition over the follower throttle is left out of the fetches."""
 CLOSE_TIMEOUT_S = 5.0
 """How long `close` waits for the fetchers to stop (each closes its leader connection)."""
+_SESSION_ERRORS = (ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch)
 _RETRIABLE = (
     ErrorCode.not_leader_or_follower,
     ErrorCode.fenced_leader_epoch,
@@ -70,6 +71,48 @@ class FetcherSettings:
     request_timeout_ms: int = 30_000
 
 
+_SessionEntry = tuple[int, int, int, int]
+"""What a fetch session holds for a partition: fetch offset, leader epoch, last fetched
+epoch, log start offset (a change in any is sent again)."""
+
+
+@dataclass(slots=True)
+class _Session:
+    """This fetcher's fetch session with its leader (KIP-227): the leader keeps the partitions
+    and their fetch state, so a fetch names only what changed since the last one."""
+
+    session_id: int = 0
+    """0: none yet; the next fetch is a full one, which asks for one."""
+    epoch: int = 0
+    """The next fetch's session epoch."""
+    held: dict[tuple[Any, int], _SessionEntry] = field(default_factory=dict)
+    """By (topic id, partition): what the leader's session holds."""
+    pending: tuple[dict[tuple[Any, int], _SessionEntry], list[tuple[Any, int]]] = field(
+        default_factory=lambda: ({}, [])
+    )
+    """What the fetch under way changes in the session: entries sent, partitions forgotten."""
+
+    def reset(self) -> None:
+        self.session_id, self.epoch = 0, 0
+        self.held.clear()
+        self.pending = ({}, [])
+
+    def answered(self, session_id: int) -> None:
+        """The fetch under way was answered: the leader's session now holds what it sent."""
+        sent, forgotten = self.pending
+        if self.epoch == 0:
+            self.held.clear()
+            if session_id == 0:
+                self.pending = ({}, [])
+                return  # the leader keeps no session: the next fetch is full again
+            self.session_id = session_id
+        self.held.update(sent)
+        for key in forgotten:
+            self.held.pop(key, None)
+        self.epoch = 1 if self.epoch >= 2**31 - 1 else self.epoch + 1
+        self.pending = ({}, [])
+
+
 @dataclass(slots=True)
 class _Fetcher:
     leader: int
@@ -80,6 +123,7 @@ class _Fetcher:
     """Partitions a refusal holds back until then (monotonic seconds)."""
     asked: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
     """What the fetch under way asked for each partition: (fetch offset, leader epoch)."""
+    session: _Session = field(default_factory=_Session)
 
 
 class ReplicaFetchers:
@@ -185,6 +229,7 @@ class ReplicaFetchers:
                 if peer is None or (peer.host, peer.port) != address:
                     if peer is not None:
                         await peer.close()
+                    fetcher.session.reset()
                     peer = PeerConnection(
                         fetcher.leader,
                         *address,
@@ -211,6 +256,7 @@ class ReplicaFetchers:
                     )
                 except (PeerUnavailable, TimeoutError) as exc:
                     log.info("cannot fetch from broker %d: %s; retrying", fetcher.leader, exc)
+                    fetcher.session.reset()  # whether the leader took the fetch is not known
                     await self._pause(fetcher)
                     continue
                 try:
@@ -243,21 +289,26 @@ class ReplicaFetchers:
         return broker.endpoints.get(self._settings.listener)
 
     def _request(self, fetcher: _Fetcher) -> tuple[Any, dict[tuple[Any, int], Partition]] | None:
-        """The Fetch for every partition of this leader not held back, and what each entry
-        was asked for; None when there is none to ask."""
+        """The Fetch for every partition of this leader not held back, and each partition it
+        reads by (topic id, index); None when there is none to ask. In a fetch session, the
+        request names only the partitions whose fetch state the leader's session does not
+        hold, and forgets those no longer asked for."""
         settings = self._settings
         image: MetadataImage = self._image()
         schema = request_module(ApiKey.FETCH, FETCH_VERSION)
+        session = fetcher.session
         now = time.monotonic()
         by_topic: dict[Any, list[Any]] = {}
         sent: dict[tuple[Any, int], Partition] = {}
+        entries: dict[tuple[Any, int], _SessionEntry] = {}
         for key in [k for k in fetcher.held_until if k not in fetcher.partitions]:
             del fetcher.held_until[key]  # no longer followed from this leader
         fetcher.asked.clear()
-        for key in sorted(fetcher.partitions):
-            if fetcher.held_until.get(key, 0.0) > now:
-                continue
-            fetcher.held_until.pop(key, None)
+        for key in fetcher.partitions:
+            if key in fetcher.held_until:
+                if fetcher.held_until[key] > now:
+                    continue
+                del fetcher.held_until[key]
             found = self._replicas.partitions.get(key)
             topic = image.topics.get(key[0])
             if found is None or topic is None or found.is_leader:
@@ -266,28 +317,44 @@ class ReplicaFetchers:
                 # Over `follower.replication.throttled.rate`: it waits, the others go on.
                 fetcher.held_until[key] = now + THROTTLE_BACKOFF_S
                 continue
-            if found.log.appending:
+            log_ = found.log
+            if log_.appending:
                 # Its last write as leader is still on a thread: the log is not to change
                 # under it; the next round asks.
                 fetcher.held_until[key] = now + 0.05
                 continue
-            log_ = found.log
+            at = (topic.topic_id, key[1])
+            entry = (
+                log_.log_end_offset,
+                found.leader_epoch,
+                log_.epochs.latest_epoch,
+                log_.log_start_offset,
+            )
+            sent[at] = found
+            fetcher.asked[key] = (entry[0], entry[1])
+            if session.session_id != 0 and session.held.get(at) == entry:
+                continue  # the leader's session holds it as it is
+            entries[at] = entry
             by_topic.setdefault(topic.topic_id, []).append(
                 build(
                     schema.FetchPartition,
                     partition=key[1],
-                    current_leader_epoch=found.leader_epoch,
-                    fetch_offset=log_.log_end_offset,
-                    last_fetched_epoch=log_.epochs.latest_epoch,
-                    log_start_offset=log_.log_start_offset,
+                    current_leader_epoch=entry[1],
+                    fetch_offset=entry[0],
+                    last_fetched_epoch=entry[2],
+                    log_start_offset=entry[3],
                     partition_max_bytes=settings.max_bytes,
                     replica_directory_id=None,
                 )
             )
-            sent[(topic.topic_id, key[1])] = found
-            fetcher.asked[key] = (log_.log_end_offset, found.leader_epoch)
         if not sent:
             return None
+        forgotten: dict[Any, list[int]] = {}
+        if session.session_id != 0:
+            for at in session.held:
+                if at not in sent:
+                    forgotten.setdefault(at[0], []).append(at[1])
+        session.pending = (entries, [(t, i) for t, indexes in forgotten.items() for i in indexes])
         body = build(
             request_type(ApiKey.FETCH, FETCH_VERSION),
             cluster_id=settings.cluster_id,
@@ -302,13 +369,16 @@ class ReplicaFetchers:
             min_bytes=settings.min_bytes,
             max_bytes=settings.response_max_bytes,
             isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
+            session_id=session.session_id,
+            session_epoch=session.epoch,
             topics=tuple(
                 build(schema.FetchTopic, topic_id=topic_id, partitions=tuple(partitions))
                 for topic_id, partitions in by_topic.items()
             ),
-            forgotten_topics_data=(),
+            forgotten_topics_data=tuple(
+                build(schema.ForgottenTopic, topic_id=topic_id, partitions=tuple(indexes))
+                for topic_id, indexes in forgotten.items()
+            ),
             rack_id="",
         )
         return body, sent
@@ -316,15 +386,27 @@ class ReplicaFetchers:
     def _take(
         self, fetcher: _Fetcher, sent: dict[tuple[Any, int], Partition], response: Any
     ) -> None:
+        if response.error_code in _SESSION_ERRORS:
+            # The leader lost the session (it restarted, or evicted it) or took a fetch whose
+            # answer never came: the next fetch is a full one, which starts another.
+            log.info(
+                "broker %d ended the fetch session: %s",
+                fetcher.leader,
+                ErrorCode(response.error_code).name,
+            )
+            fetcher.session.reset()
+            return
         if response.error_code != ErrorCode.none:
             log.warning(
                 "broker %d refused a replica fetch: %s",
                 fetcher.leader,
                 ErrorCode(response.error_code).name,
             )
+            fetcher.session.reset()
             for asked in sent.values():
                 self._hold(fetcher, asked)
             return
+        fetcher.session.answered(response.session_id)
         for topic in response.responses:
             for answer in topic.partitions:
                 partition = sent.get((topic.topic_id, answer.partition_index))

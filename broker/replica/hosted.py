@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Protocol
 
 from broker.aio import wait_for
 from broker.metadata import MetadataImage
@@ -25,7 +26,13 @@ from broker.storage import LogConfig, LogManager
 from .partition import Partition, TopicPartition
 from .quota import ALL_PARTITIONS, throttled_partitions
 
-__all__ = ["HostedPartitions"]
+__all__ = ["HostedPartitions", "Watcher"]
+
+
+class Watcher(Protocol):
+    def touched(self, key: TopicPartition) -> None:
+        """`key` was appended to, its high watermark or log start moved, its role changed, or
+        it is gone."""
 
 
 class HostedPartitions:
@@ -38,6 +45,8 @@ class HostedPartitions:
     partitions: dict[TopicPartition, Partition]
     _waiters: dict[TopicPartition, set[asyncio.Future[None]]]
     """Fetches waiting for a partition to change (`wait_for_append`)."""
+    _watchers: dict[TopicPartition, set[Watcher]]
+    """Fetch sessions told of every change of their partitions (`watch`)."""
     on_role_change: Callable[[], None] | None
     """Told when this node starts or stops following some partition's leader (the replica
     fetchers then follow the new set)."""
@@ -117,9 +126,25 @@ class HostedPartitions:
                     if not waiting:
                         del self._waiters[key]
 
+    def watch(self, key: TopicPartition, watcher: Watcher) -> None:
+        """Tell `watcher` of every change of `key` from now on: what wakes a waiting fetch
+        (`wait_for_append`), without registering again for each fetch."""
+        self._watchers.setdefault(key, set()).add(watcher)
+
+    def unwatch(self, key: TopicPartition, watcher: Watcher) -> None:
+        watching = self._watchers.get(key)
+        if watching is not None:
+            watching.discard(watcher)
+            if not watching:
+                del self._watchers[key]
+
     def _wake(self, key: TopicPartition) -> None:
         waiting = self._waiters.pop(key, None)
         if waiting:
             for future in waiting:
                 if not future.done():
                     future.set_result(None)
+        watching = self._watchers.get(key)
+        if watching:
+            for watcher in watching:
+                watcher.touched(key)

@@ -124,6 +124,80 @@ class LeaderReplication(HostedPartitions):
             self.leader_quota.record(result.records.size, now)
         return result
 
+    def follower_idle(
+        self,
+        topic: str,
+        index: int,
+        replica_id: int,
+        offset: int,
+        *,
+        leader_epoch: int,
+        high_watermark: int,
+        log_start_offset: int,
+    ) -> bool:
+        """Whether a follower's fetch from `offset`, in a fetch session, finds nothing it was
+        not told already: this node still leads in `leader_epoch`, the follower is in the ISR
+        (no change pending) and at the log end it fetched from last time, and the high
+        watermark and log start are the ones it was told. Then it is caught up now, as a read
+        would record (Kafka reads every session partition on every fetch; this is that read
+        for a partition where nothing moved)."""
+        partition = self.partitions.get((topic, index))
+        if (
+            partition is None
+            or not partition.is_leader
+            or partition.leader_epoch != leader_epoch
+            or partition.pending_isr is not None
+            or replica_id not in partition.state.isr
+        ):
+            return False
+        log_ = partition.log
+        if (
+            log_.log_end_offset != offset
+            or partition.follower_ends.get(replica_id) != offset
+            or partition.high_watermark != high_watermark
+            or log_.log_start_offset != log_start_offset
+            or log_.appending
+        ):
+            return False
+        now = self._steady()
+        partition.caught_up_ms[replica_id] = now
+        partition.last_fetch[replica_id] = (offset, now)
+        return True
+
+    def consumer_idle(
+        self,
+        topic: str,
+        index: int,
+        offset: int,
+        *,
+        leader_epoch: int,
+        high_watermark: int,
+        log_start_offset: int,
+    ) -> bool:
+        """Whether a consumer's fetch from `offset`, in a fetch session, finds nothing it was
+        not told already: this node still leads in `leader_epoch`, nothing is readable from
+        `offset` (it is at the high watermark or past it), and the high watermark and log
+        start are the ones it was told."""
+        partition = self.partitions.get((topic, index))
+        return (
+            partition is not None
+            and partition.is_leader
+            and partition.leader_epoch == leader_epoch
+            and partition.high_watermark == high_watermark
+            and offset >= high_watermark
+            and partition.log.log_start_offset == log_start_offset
+        )
+
+    def follower_in_sync(self, topic: str, index: int, replica_id: int) -> bool:
+        """Whether this node leads the partition with `replica_id` in its ISR."""
+        partition = self.partitions.get((topic, index))
+        return partition is not None and partition.is_leader and replica_id in partition.state.isr
+
+    def leader_epoch_of(self, topic: str, index: int) -> int:
+        """The leader epoch this node knows for a partition it hosts; -1 if it hosts none."""
+        partition = self.partitions.get((topic, index))
+        return -1 if partition is None else partition.leader_epoch
+
     def follower_fetched(
         self, partition: Partition, replica_id: int, offset: int, log_start_offset: int = 0
     ) -> None:

@@ -83,6 +83,7 @@ class ReplicaManager(FollowerReplication, Appends, LeaderReplication, Offsets):
         self._clock = clock
         self.partitions = {}
         self._waiters = {}
+        self._watchers = {}
         self._appending = {}
         self._finishing = set()
         self._replicated = {}
@@ -162,6 +163,8 @@ class ReplicaManager(FollowerReplication, Appends, LeaderReplication, Offsets):
                 self._new_leader(existing)
             elif existing.is_leader:
                 self._advance_high_watermark(existing)  # the ISR may have changed
+                if old != change.state:
+                    self._wake(key)  # a follower that left the ISR is read again at once
             return
         if key in self.logs.offline:
             return  # it could not be loaded: it answers KAFKA_STORAGE_ERROR (see `get`)

@@ -130,6 +130,8 @@ class Offsets(HostedPartitions):
         if target < 0 or target > partition.high_watermark:
             return ErrorCode.offset_out_of_range, -1
         try:
-            return ErrorCode.none, self.logs.delete_records(topic, index, target)
+            start = self.logs.delete_records(topic, index, target)
         except OffsetOutOfRange:
             return ErrorCode.offset_out_of_range, -1
+        self._wake((topic, index))  # fetch sessions tell their followers of the new log start
+        return ErrorCode.none, start

@@ -63,8 +63,8 @@ class Workload:
         self.fatal_errors: Counter[str] = Counter()
         """librdkafka's fatal errors, each of which cost a producer (and its queued records)."""
         self.client_log: deque[str] = deque(maxlen=5000)
-        """The producers' own log lines (librdkafka's, info and worse), latest last: what the
-        client was told when a check fails."""
+        """The producers' own log lines (librdkafka's, info and worse, and its idempotence
+        debug lines), latest last: what the client was told when a check fails."""
         self._logger = logging.getLogger(f"{__name__}.producers.{id(self)}")
         self._logger.propagate = False
         self._logger.setLevel(logging.DEBUG)
@@ -84,7 +84,10 @@ class Workload:
                 "message.timeout.ms": self._message_timeout_ms,
                 "error_cb": error,
                 "logger": self._logger,
-                "log_level": 6,
+                # The idempotence state machine's own lines (producer id, epoch bumps and
+                # their reasons): what explains a record written under two epochs.
+                "debug": "eos",
+                "log_level": 7,
             }
         )
 

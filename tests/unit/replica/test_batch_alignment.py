@@ -187,6 +187,7 @@ def test_an_answer_to_a_fetch_from_a_log_end_that_moved_is_dropped(
 def _response(answer: Any) -> Any:
     return SimpleNamespace(
         error_code=ErrorCode.none,
+        session_id=0,  # a leader that keeps no fetch session
         responses=[SimpleNamespace(topic_id=TOPIC.topic_id, partitions=[answer])],
     )
 

@@ -1,0 +1,207 @@
+"""Fetch sessions (KIP-227): a fetcher that asks for the same partitions again and again sends
+only what changed, and is answered only what changed.
+
+A Fetch with session epoch 0 is a full fetch that asks for a session: the leader keeps the
+partitions it named, with their fetch offsets, under a new session id, and answers with that
+id. The next fetches name the id and the epoch after the last (1, 2, ...): they carry only the
+partitions whose fetch offset or other fields moved, and `ForgottenTopicsData` for those no
+longer wanted; the answer carries only the partitions with records, an error, or a high
+watermark or log start other than the last one this session was told. Epoch -1 is a full
+fetch without a session (and closes the one named). An unknown id is answered
+FETCH_SESSION_ID_NOT_FOUND, a wrong epoch INVALID_FETCH_SESSION_EPOCH: the fetcher starts a
+new session.
+
+What this saves a leader of thousands of partitions: its followers' fetches are a few
+partitions long instead of thousands, and so are the answers, and an idle partition costs a
+few comparisons (`ReplicaManager.follower_idle`, `consumer_idle`) instead of a read.
+
+The cache holds `max.incremental.fetch.session.cache.slots` sessions (Kafka's default 1000).
+When it is full, a new session takes the place of the least recently used one if that was not
+used for 2 minutes, or else of the smallest consumer session if the new one is a follower's
+or larger (Kafka's eviction rule); otherwise the fetch is answered without a session (id 0),
+and the client goes on with full fetches. A follower's new session replaces the one it had
+(one replica fetcher per leader).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+__all__ = [
+    "EVICTION_MS",
+    "FINAL_EPOCH",
+    "INITIAL_EPOCH",
+    "NOT_SENT",
+    "SWEEP_MS",
+    "FetchSession",
+    "FetchSessionCache",
+    "SessionKey",
+    "SessionPartition",
+    "session_key",
+]
+
+SWEEP_MS = 5_000
+"""An incremental fetch reads only the partitions named, touched or always read; every
+partition of the session is read at least this often all the same: a log start moved by
+retention is told then, and a follower's idle partitions are caught up as of then (well
+within `replica.lag.time.max.ms`)."""
+EVICTION_MS = 120_000
+"""A session unused this long may be evicted by any new one (Kafka's 2 minutes)."""
+INITIAL_EPOCH = 0
+FINAL_EPOCH = -1
+NOT_SENT = -2
+"""What a session partition was last told before its first answer: any value differs."""
+
+
+@dataclass(slots=True)
+class SessionPartition:
+    """One partition of a session, with the fields a Fetch names it with (so that it reads
+    like one of the request's partitions), and what the session was last told of it."""
+
+    topic_id: uuid.UUID
+    topic: str
+    """The name it had when it joined (before v13, how the request names it)."""
+    partition: int
+    fetch_offset: int
+    partition_max_bytes: int
+    current_leader_epoch: int = -1
+    last_fetched_epoch: int = -1
+    log_start_offset: int = -1
+    sent_high_watermark: int = NOT_SENT
+    sent_log_start_offset: int = NOT_SENT
+    sent_leader_epoch: int = NOT_SENT
+    """The leader epoch of the answer last sent; with the two above and no error, the
+    partition may be skipped while nothing moves."""
+
+    def update(self, wanted: object) -> None:
+        self.fetch_offset = wanted.fetch_offset  # type: ignore[attr-defined]
+        self.partition_max_bytes = wanted.partition_max_bytes  # type: ignore[attr-defined]
+        self.current_leader_epoch = getattr(wanted, "current_leader_epoch", -1)
+        self.last_fetched_epoch = getattr(wanted, "last_fetched_epoch", -1)
+        self.log_start_offset = getattr(wanted, "log_start_offset", -1)
+
+    def forget_sent(self) -> None:
+        """The next answer carries this partition whatever it holds."""
+        self.sent_high_watermark = NOT_SENT
+
+
+SessionKey = tuple[uuid.UUID | str, int]
+"""A session partition by topic id (v13+) or name, and index."""
+
+
+@dataclass(slots=True, eq=False)
+class FetchSession:
+    session_id: int
+    replica_id: int
+    """The follower's broker id, or -1 for a consumer: a session is used by whoever made it."""
+    next_epoch: int = 1
+    partitions: OrderedDict[SessionKey, SessionPartition] = field(default_factory=OrderedDict)
+    """In the order they are read: a partition that returned records goes to the end, so
+    that a response full to `max_bytes` does not starve the ones after it."""
+    last_used_ms: int = 0
+    watched: dict[tuple[str, int], SessionKey] = field(default_factory=dict)
+    """The partitions the replica manager tells this session of, by name."""
+    touched_keys: set[tuple[str, int]] = field(default_factory=set)
+    """Partitions that changed since the last read (`touched`)."""
+    always: set[SessionKey] = field(default_factory=set)
+    """Partitions read on every fetch: not told yet, answered an error last time, or (a
+    follower's) out of the ISR, which the next read may bring back in."""
+    last_sweep_ms: int = 0
+    """When every partition was last read (`SWEEP_MS`)."""
+    woken: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def touched(self, key: tuple[str, int]) -> None:
+        if key in self.watched:
+            self.touched_keys.add(key)
+            self.woken.set()
+
+    @property
+    def privileged(self) -> bool:
+        return self.replica_id >= 0
+
+    def advance(self) -> None:
+        self.next_epoch = 1 if self.next_epoch >= 2**31 - 1 else self.next_epoch + 1
+
+
+class FetchSessionCache:
+    def __init__(
+        self,
+        slots: int,
+        *,
+        seed: int | None = None,
+        on_remove: Callable[[FetchSession], None] | None = None,
+    ) -> None:
+        """`on_remove`: told of each session removed or evicted."""
+        self._slots = slots
+        self._on_remove = on_remove
+        self._sessions: OrderedDict[int, FetchSession] = OrderedDict()
+        """Least recently used first."""
+        self._random = random.Random(seed)
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def get(self, session_id: int, now_ms: int) -> FetchSession | None:
+        session = self._sessions.get(session_id)
+        if session is not None:
+            session.last_used_ms = now_ms
+            self._sessions.move_to_end(session_id)
+        return session
+
+    def remove(self, session_id: int) -> None:
+        session = self._sessions.pop(session_id, None)
+        if session is not None and self._on_remove is not None:
+            self._on_remove(session)
+
+    def create(
+        self, replica_id: int, partitions: list[SessionPartition], now_ms: int
+    ) -> FetchSession | None:
+        """A new session of `partitions`, or None when the cache has no room for it."""
+        if self._slots <= 0:
+            return None
+        if replica_id >= 0:
+            # A broker fetches from this leader through one session: a new one (it restarted,
+            # reconnected or lost its session) replaces the one it had, which nothing will
+            # use again.
+            for stale in [s for s in self._sessions.values() if s.replica_id == replica_id]:
+                self.remove(stale.session_id)
+        if len(self._sessions) >= self._slots and not self._evict(
+            replica_id >= 0, len(partitions), now_ms
+        ):
+            return None
+        session_id = self._random.randrange(1, 2**31)
+        while session_id in self._sessions:
+            session_id = self._random.randrange(1, 2**31)
+        session = FetchSession(session_id, replica_id, last_used_ms=now_ms, last_sweep_ms=now_ms)
+        for partition in partitions:
+            session.partitions[_key(partition)] = partition
+            session.always.add(_key(partition))
+        self._sessions[session_id] = session
+        return session
+
+    def _evict(self, privileged: bool, size: int, now_ms: int) -> bool:
+        oldest = next(iter(self._sessions.values()))
+        if oldest.last_used_ms + EVICTION_MS <= now_ms:
+            self.remove(oldest.session_id)
+            return True
+        consumers = [s for s in self._sessions.values() if not s.privileged]
+        if not consumers:
+            return False
+        smallest = min(consumers, key=lambda s: len(s.partitions))
+        if privileged or len(smallest.partitions) < size:
+            self.remove(smallest.session_id)
+            return True
+        return False
+
+
+def session_key(topic_id: uuid.UUID | None, topic: str, partition: int) -> SessionKey:
+    return (topic_id if topic_id is not None and topic_id.int != 0 else topic, partition)
+
+
+def _key(partition: SessionPartition) -> SessionKey:
+    return session_key(partition.topic_id, partition.topic, partition.partition)
