@@ -2,12 +2,18 @@
 
 Replication asks it "where did epoch E end?" (OffsetForLeaderEpoch) so a follower truncates to
 exactly the leader's history (KIP-101, KIP-279). Persisted as Kafka's `leader-epoch-checkpoint`
-in the partition directory, rewritten on every change: a new epoch (leader election) at once;
-the log start moving up (retention, DeleteRecords) through `write_later` when the log has a
-flush thread, as Kafka writes it since KAFKA-15046: retention moves the log start once per
-deleted segment, and two fsyncs (the file, its directory) on the event loop each time stalled
-every client. A crash before that write lands leaves the older checkpoint, whose epochs below
-the log start are dropped again when the log loads.
+in the partition directory, rewritten on every change. A truncation (the log was cut back) is
+written at once. A new epoch (a leader election, or a follower taking its leader's batches of
+a new epoch) and the log start moving up (retention, DeleteRecords) go through `write_later`
+when the log has a flush thread, as Kafka writes them since KAFKA-15046: two fsyncs (the file,
+its directory) per partition on the event loop stalled every client when retention deleted
+segments, and when a controlled shutdown moved thousands of leaders.
+
+The flush thread runs in order, so the recovery point never passes batches of an epoch whose
+checkpoint is not on disk yet. A crash before a write lands leaves the older checkpoint: its
+epochs below the log start are dropped again when the log loads, and the epochs of the
+batches past the recovery point are taken from the batches themselves (`Log` recovery, as
+Kafka's `LogSegment.recover` assigns them).
 """
 
 from __future__ import annotations
@@ -51,7 +57,7 @@ class LeaderEpochCache:
             return
         self._epochs.append(epoch)
         self._offsets.append(start_offset)
-        self._save()
+        self._save(later=True)
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """Kafka's `endOffsetFor`: (the largest epoch <= `epoch`, the offset where the next

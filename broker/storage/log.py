@@ -231,6 +231,10 @@ class Log:
             if needs_recovery:
                 cut = segment.recover()
                 self.recovered_bytes += cut
+                # Past the recovery point, a new epoch's checkpoint may not have reached the
+                # disk (it is written on the flush thread): the batches say where it began.
+                for _, header in segment.batches():
+                    self.epochs.assign(header.partition_leader_epoch, header.base_offset)
                 if cut:
                     # Nothing after a torn or corrupt batch can be trusted to follow on.
                     for later in self.segments[i + 1 :]:

@@ -361,6 +361,7 @@ def test_a_failed_background_fsync_takes_the_log_dir_offline(
     manager.startup(now_ms=0)
     log = manager.create_log("t", 0, now_ms=0)
     log.append_as_leader(_batch(), leader_epoch=0, now_ms=0)
+    _settle(manager, log)  # epoch 0's checkpoint is on disk
     _record_fsyncs(monkeypatch, fail_on_flush_thread=True)
 
     log.roll(now_ms=1)
@@ -500,3 +501,23 @@ def test_periodic_checkpoints_are_written_on_the_flush_thread_in_order(
     assert read_offset_checkpoint(tmp_path / "log-start-offset-checkpoint") == {("t", 0): 2}
     assert read_offset_checkpoint(tmp_path / "recovery-point-offset-checkpoint") == {("t", 0): 9}
     manager.shutdown(now_ms=1_000)
+
+
+def test_a_new_leader_epoch_is_written_on_the_flush_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A leader election writes the partition's leader-epoch checkpoint: its fsyncs run on
+    the flush thread, not on the caller's (the event loop, which a controlled shutdown moving
+    thousands of leaders held for seconds)."""
+    manager = LogManager([tmp_path], CONFIG, background_flush=True)
+    manager.startup(now_ms=0)
+    log = manager.create_log("t", 0, now_ms=0)
+    log.append_as_leader(_batch(2), leader_epoch=0, now_ms=1)
+    _settle(manager, log)
+    seen = _record_fsyncs(monkeypatch)
+    log.epochs.assign(1, log.log_end_offset)
+    assert not [name for _, name in seen if name.startswith("leader-epoch")]
+    _settle(manager, log)
+    assert [t for t, name in seen if name.startswith("leader-epoch")] == ["log-flush_0"]
+    assert _epoch_checkpoint(log) == ["0 0", "1 2"]
+    manager.shutdown(now_ms=104)

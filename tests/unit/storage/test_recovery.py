@@ -286,3 +286,23 @@ def test_a_killed_process_loses_no_appended_batch(open_log: LogOpener) -> None:
     assert values == [bytes([i]) * 20 for i in range(25)]
     assert log.epochs.entries() == [(0, 0), (1, 30), (2, 60)]
     log.close(now_ms=1)
+
+
+def test_epochs_missing_from_the_checkpoint_are_taken_from_the_batches(
+    open_log: LogOpener,
+) -> None:
+    """A new epoch's checkpoint is written on the flush thread, after the batches of that
+    epoch may already be in the file: after a crash, the epochs past the recovery point come
+    from the batches, or a follower's divergence would be judged against a history that
+    misses them."""
+    stored, data, _ = _three_epochs(open_log)
+    directory = open_log.directory.parent / "unwritten-0"
+    directory.mkdir()
+    (directory / FIRST_LOG).write_bytes(data)
+    (directory / CHECKPOINT_NAME).write_text("0\n1\n0 0\n")  # epoch 0 only: 1 and 2 not landed
+
+    log = open_log(directory=directory, clean_shutdown=False)
+    assert consume(log) == stored
+    assert log.epochs.entries() == [(0, 0), (1, 3), (2, 6)]
+    assert log.end_offset_for_epoch(1) == (1, 6)
+    log.close(now_ms=2)
