@@ -154,7 +154,11 @@ class Handler:
             session.last_sweep_ms = now
             chosen = list(session.partitions)
         else:
-            chosen = list(dict.fromkeys([*named, *session.always, *self._touched(session)]))
+            # In the session's order, where a partition that returned records goes behind
+            # the others: one that keeps taking the response's bytes must not starve them.
+            chosen = session.in_turn(
+                list(dict.fromkeys([*named, *session.always, *self._touched(session)]))
+            )
         session.touched_keys.clear()
         names: dict[uuid.UUID, str | None] = {}
         loop = asyncio.get_running_loop()
@@ -195,6 +199,12 @@ class Handler:
             if held.topic_id not in names:
                 names[held.topic_id] = self._state.topic_name(held.topic_id)
             resolved = names[held.topic_id]
+            if resolved is not None and resolved != held.topic:
+                # A topic id this node learned of after the partition joined (Kafka's
+                # maybeResolveUnknownName): watched from now on, under its name.
+                self._unwatch(session, key, held)
+                held.topic = resolved
+                self._watch(session, key, held)
         return _Wanted(resolved, held.topic_id, held, named is None or key in named)
 
     def _watch(self, session: FetchSession, key: SessionKey, held: SessionPartition) -> None:
@@ -204,9 +214,13 @@ class Handler:
             self._replicas.watch((held.topic, held.partition), session)
         session.always.add(key)
 
-    def _unwatch(self, session: FetchSession, held: SessionPartition) -> None:
+    def _unwatch(self, session: FetchSession, key: SessionKey, held: SessionPartition) -> None:
+        """No longer told of this partition, unless its name now stands for another session
+        partition (a topic deleted and created again under the same name: the new one is
+        watched under that name)."""
         watched = (held.topic, held.partition)
-        if session.watched.pop(watched, None) is not None:
+        if session.watched.get(watched) == key:
+            del session.watched[watched]
             self._replicas.unwatch(watched, session)
 
     def _unwatch_all(self, session: FetchSession) -> None:
@@ -257,13 +271,16 @@ class Handler:
                     self._watch(session, key, added)
                 else:
                     known.update(partition)
+        # Then what it forgets, as Kafka's FetchSession.update (a topic created again under
+        # the same name is forgotten under its old id as its new one is named: `_unwatch`).
         for forgotten in request.forgotten_topics_data:
             forgotten_id: uuid.UUID | None = getattr(forgotten, "topic_id", None)
             for index in forgotten.partitions:
                 key = session_key(forgotten_id, getattr(forgotten, "topic", ""), index)
                 gone = session.partitions.pop(key, None)
+                session.turns.pop(key, None)
                 if gone is not None:
-                    self._unwatch(session, gone)
+                    self._unwatch(session, key, gone)
                     session.always.discard(key)
                 named.discard(key)
         return session, named
@@ -373,10 +390,19 @@ class Handler:
             if not incremental or records or moved or failed:
                 answered.append((item, result))
             key = session_key(held.topic_id, held.topic, held.partition)
-            if failed or (
-                session.privileged
-                and not self._replicas.follower_in_sync(
-                    item.name or "", held.partition, session.replica_id
+            name = item.name or ""
+            if (
+                failed
+                # More to read than this answer carried (it filled `max_bytes`, or the client
+                # has not taken it yet): read again until the client's offset catches up.
+                or self._replicas.readable_past(
+                    name, held.partition, held.fetch_offset, follower=session.privileged
+                )
+                or (
+                    session.privileged
+                    and not self._replicas.follower_in_sync(
+                        name, held.partition, session.replica_id
+                    )
                 )
             ):
                 session.always.add(key)
@@ -391,7 +417,7 @@ class Handler:
                     item.name or "", held.partition
                 )
             if records:
-                session.partitions.move_to_end(key)
+                session.served(key)
         return answered
 
     def _answers(

@@ -113,7 +113,21 @@ class FetchSession:
     follower's) out of the ISR, which the next read may bring back in."""
     last_sweep_ms: int = 0
     """When every partition was last read (`SWEEP_MS`)."""
+    turns: dict[SessionKey, int] = field(default_factory=dict)
+    """Each partition's place in the reading order, as `partitions` has it: a partition
+    that returned records goes behind the others (`served`)."""
+    _turn: int = 0
     woken: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def served(self, key: SessionKey) -> None:
+        """`key` returned records: it is read after the others from now on."""
+        self.partitions.move_to_end(key)
+        self._turn += 1
+        self.turns[key] = self._turn
+
+    def in_turn(self, keys: list[SessionKey]) -> list[SessionKey]:
+        """`keys` (a few of the session's) in the session's reading order."""
+        return sorted(keys, key=lambda k: self.turns.get(k, 0))
 
     def touched(self, key: tuple[str, int]) -> None:
         if key in self.watched:

@@ -100,6 +100,11 @@ class _Session:
     def answered(self, session_id: int) -> None:
         """The fetch under way was answered: the leader's session now holds what it sent."""
         sent, forgotten = self.pending
+        if self.epoch != 0 and session_id != self.session_id:
+            # Answered outside the session (a refused replica fetch is answered without
+            # one): the leader's session did not move; start over with a full fetch.
+            self.reset()
+            return
         if self.epoch == 0:
             self.held.clear()
             if session_id == 0:

@@ -193,6 +193,15 @@ class LeaderReplication(HostedPartitions):
         partition = self.partitions.get((topic, index))
         return partition is not None and partition.is_leader and replica_id in partition.state.isr
 
+    def readable_past(self, topic: str, index: int, offset: int, *, follower: bool) -> bool:
+        """Whether this leader holds records past `offset` that a follower (up to the log
+        end) or a consumer (up to the high watermark) could read."""
+        partition = self.partitions.get((topic, index))
+        if partition is None or not partition.is_leader:
+            return False
+        end = partition.log.log_end_offset if follower else partition.high_watermark
+        return end > offset
+
     def leader_epoch_of(self, topic: str, index: int) -> int:
         """The leader epoch this node knows for a partition it hosts; -1 if it hosts none."""
         partition = self.partitions.get((topic, index))

@@ -140,6 +140,7 @@ class ReplicaManager(FollowerReplication, Appends, LeaderReplication, Offsets):
                 del self.partitions[key]
                 self._delete_log(key)
                 self._not_leader_any_more(key)
+                self._wake(key)
                 self._roles_changed()
             return
         min_isr = min(self.min_insync_replicas(key[0]), len(change.state.replicas))

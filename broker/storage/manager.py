@@ -338,9 +338,18 @@ class LogManager:
         """Clean shutdown: flush and close every log, checkpoint, and leave the marker that
         lets the next start skip recovery, naming `broker_epoch` (Kafka's format:
         `{"version":0,"brokerEpoch":N}`), which the next registration tells the controller."""
+        unclean: set[Path] = set()
         if self._flusher is not None:
             self._flusher.shutdown(wait=True)  # the rolled segments' fsyncs finish first
             self._flusher = None
+            for log in self.logs.values():
+                try:
+                    log.complete_flushes()
+                except LogDirFailure as exc:
+                    # A write that failed at the end (a leader-epoch checkpoint on a full
+                    # disk): no clean-shutdown marker, so the next start recovers this dir.
+                    logger.error("%s; %s is not shut down cleanly", exc, log.directory.parent)
+                    unclean.add(log.directory.parent)
         if self._deleter is not None:
             self._deleter.shutdown(wait=True)
             self._deleter = None
@@ -357,6 +366,8 @@ class LogManager:
             if log_dir in self.offline_dirs:
                 continue
             self._write_checkpoints(log_dir)
+            if log_dir in unclean:
+                continue
             (log_dir / CLEAN_SHUTDOWN_FILE).write_text(
                 json.dumps({"version": 0, "brokerEpoch": broker_epoch}) + "\n"
             )

@@ -6,6 +6,7 @@ idle follower in a session stays in the ISR; a full cache refuses or evicts as K
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -47,8 +48,12 @@ class SessionLeader(Leader):
         offsets: dict[int, int],
         *,
         forgotten: tuple[int, ...] = (),
+        topic_id: uuid.UUID = TOPIC.topic_id,
+        forgotten_id: uuid.UUID = TOPIC.topic_id,
+        max_bytes: int = CONFIG_BYTES,
     ) -> Any:
-        """A Fetch in a session naming partitions `offsets` (index: fetch offset) of t."""
+        """A Fetch in a session naming partitions `offsets` (index: fetch offset) of t (by
+        `topic_id`), forgetting `forgotten` (of `forgotten_id`), answered in `max_bytes`."""
         partitions = [
             {
                 "partition": index,
@@ -63,13 +68,11 @@ class SessionLeader(Leader):
         values: dict[str, Any] = {
             "max_wait": timedelta(0),
             "min_bytes": 0,
-            "max_bytes": CONFIG_BYTES,
+            "max_bytes": max_bytes,
             "session_id": session_id,
             "session_epoch": session_epoch,
-            "topics": [{"topic_id": TOPIC.topic_id, "partitions": partitions}]
-            if partitions
-            else [],
-            "forgotten_topics_data": [{"topic_id": TOPIC.topic_id, "partitions": list(forgotten)}]
+            "topics": [{"topic_id": topic_id, "partitions": partitions}] if partitions else [],
+            "forgotten_topics_data": [{"topic_id": forgotten_id, "partitions": list(forgotten)}]
             if forgotten
             else [],
             "rack_id": "",
@@ -273,3 +276,68 @@ def test_a_followers_new_session_replaces_its_old_one(leader: SessionLeader) -> 
     assert leader.session_fetch(2, second.session_id, 1, {}).error_code == ErrorCode.none
     assert leader.session_fetch(-1, consumer.session_id, 1, {}).error_code == ErrorCode.none
     assert set(leader.replicas._watchers) == {("t", 0)}
+
+
+def test_a_topic_created_again_under_its_name_stays_watched(leader: SessionLeader) -> None:
+    """The follower forgets the old topic id and names the new one in the same fetch: the
+    session must go on hearing of the partition under its name."""
+    full = leader.session_fetch(2, 0, 0, {0: 3})
+    new_id = uuid.UUID(int=99)
+    state: Any = leader.handler._state
+    state.topic_name = lambda t: "t" if t == new_id else None
+    leader.session_fetch(2, full.session_id, 1, {0: 3}, topic_id=new_id, forgotten=(0,))
+    leader.session_fetch(2, full.session_id, 2, {}, topic_id=new_id)
+    leader.replicas.append("t", 0, batch(2), acks=1)
+    appended = _answered(leader.session_fetch(2, full.session_id, 3, {}, topic_id=new_id))
+    assert appended[0][2] > 0
+
+
+def test_a_topic_id_learned_later_is_watched_from_then_on(leader: SessionLeader) -> None:
+    state: Any = leader.handler._state
+    names = state.topic_name
+    state.topic_name = lambda t: None
+    full = leader.session_fetch(2, 0, 0, {0: 3})
+    assert _answered(full)[0][0] == ErrorCode.unknown_topic_id
+    state.topic_name = names
+    leader.session_fetch(2, full.session_id, 1, {})
+    leader.session_fetch(2, full.session_id, 2, {})
+    leader.replicas.append("t", 0, batch(2), acks=1)
+    assert 0 in _answered(leader.session_fetch(2, full.session_id, 3, {}))
+
+
+def test_records_a_full_response_left_behind_come_with_the_next_fetch(
+    leader: SessionLeader,
+) -> None:
+    """`max_bytes` ran out before a partition's turn: it is read again next time, not left
+    for the sweep."""
+    full = leader.session_fetch(2, 0, 0, {0: 3, 1: 0})
+    leader.session_fetch(2, full.session_id, 1, {})
+    leader.replicas.append("t", 0, batch(2), acks=1)
+    leader.replicas.append("t", 1, batch(2), acks=1)
+    first = _answered(leader.session_fetch(2, full.session_id, 2, {}, max_bytes=1))
+    (served,) = [i for i, (_, _, size) in first.items() if size > 0]
+    other = 1 - served
+    offsets = {served: 5 if served == 0 else 2}
+    second = _answered(leader.session_fetch(2, full.session_id, 3, offsets))
+    assert second[other][2] > 0
+
+
+def test_partitions_take_turns_at_a_full_response(leader: SessionLeader) -> None:
+    full = leader.session_fetch(2, 0, 0, {0: 3, 1: 0})
+    leader.session_fetch(2, full.session_id, 1, {})
+    served: list[int] = []
+    for epoch in range(2, 6):
+        leader.replicas.append("t", 0, batch(1), acks=1)
+        leader.replicas.append("t", 1, batch(1), acks=1)
+        answered = _answered(leader.session_fetch(2, full.session_id, epoch, {}, max_bytes=1))
+        served.extend(i for i, (_, _, size) in answered.items() if size > 0)
+    assert sorted(served) == [0, 0, 1, 1]
+
+
+def test_a_replica_moved_off_this_node_is_told_at_once(leader: SessionLeader) -> None:
+    full = leader.session_fetch(-1, 0, 0, {0: 3, 1: 0})
+    leader.session_fetch(-1, full.session_id, 1, {})
+    leader.replicas.apply(PartitionChanged(TOPIC, 0, PartitionState((2, 3), (2, 3), 2, 1, 1)))
+    leader.handler._point_at_leader = lambda answer, *_: None  # type: ignore[method-assign]
+    answered = _answered(leader.session_fetch(-1, full.session_id, 2, {}))
+    assert answered[0][0] != ErrorCode.none

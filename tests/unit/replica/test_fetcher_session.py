@@ -112,3 +112,21 @@ def test_a_leader_without_sessions_gets_full_fetches(
         body, sent = request
         assert (body.session_id, body.session_epoch, _named(body)) == (0, 0, {0, 1})
         fetchers._take(fetcher, sent, _answer(0))
+
+
+def test_an_answer_outside_the_session_starts_it_over(
+    follower: tuple[ReplicaManager, LogManager],
+) -> None:
+    """A refused replica fetch is answered without a session: the leader's did not move, so
+    the next fetch is a full one, not one at an epoch the leader does not expect."""
+    manager, _ = follower
+    fetchers, fetcher = _fetchers(manager)
+    request = fetchers._request(fetcher)
+    assert request is not None
+    fetchers._take(fetcher, request[1], _answer(77))
+    request = fetchers._request(fetcher)
+    assert request is not None
+    fetchers._take(fetcher, request[1], _answer(0))
+    request = fetchers._request(fetcher)
+    assert request is not None
+    assert (request[0].session_id, request[0].session_epoch) == (0, 0)

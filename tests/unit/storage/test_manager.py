@@ -521,3 +521,20 @@ def test_a_new_leader_epoch_is_written_on_the_flush_thread(
     assert [t for t, name in seen if name.startswith("leader-epoch")] == ["log-flush_0"]
     assert _epoch_checkpoint(log) == ["0 0", "1 2"]
     manager.shutdown(now_ms=104)
+
+
+def test_a_checkpoint_that_failed_at_shutdown_leaves_no_clean_marker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last leader-epoch checkpoint fails on the flush thread as the node stops (a disk
+    that fails fsync with EIO, faked): the log dir is not marked clean, so the next start
+    recovers it and takes the epoch from the batches."""
+    manager = LogManager([tmp_path], CONFIG, background_flush=True)
+    manager.startup(now_ms=0)
+    log = manager.create_log("t", 0, now_ms=0)
+    log.append_as_leader(_batch(), leader_epoch=0, now_ms=0)
+    _settle(manager, log)
+    _record_fsyncs(monkeypatch, fail_on_flush_thread=True)
+    log.epochs.assign(1, log.log_end_offset)
+    manager.shutdown(now_ms=3)
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
