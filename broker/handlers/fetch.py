@@ -122,8 +122,9 @@ class Handler:
         self, request: Any, names: list[str | None], replica_id: int, deadline: float
     ) -> list[tuple[_Wanted, FetchResult]]:
         wanted = [
-            _Wanted(name, _topic_id(topic), partition)
+            _Wanted(name, topic_id, partition)
             for name, topic in zip(names, request.topics, strict=True)
+            for topic_id in (_topic_id(topic),)
             for partition in topic.partitions
         ]
         keys = [(w.name, w.wanted.partition) for w in wanted if w.name is not None]
@@ -442,8 +443,11 @@ class Handler:
         }
 
 
+_NO_TOPIC_ID = uuid.UUID(int=0)
+
+
 def _topic_id(topic: Any) -> uuid.UUID:
-    return getattr(topic, "topic_id", None) or uuid.UUID(int=0)
+    return getattr(topic, "topic_id", None) or _NO_TOPIC_ID
 
 
 def _session_partition(topic: Any, name: str | None, partition: Any) -> SessionPartition:

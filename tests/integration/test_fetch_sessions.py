@@ -5,6 +5,7 @@ errors; epoch -1 closes the session. Kafka's Java clients and kafka-python fetch
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -17,15 +18,28 @@ from tests.support.wire import call, fetch_values, now_ms, produce_values
 
 VERSION = 12
 TOPIC = "sessions"
+_NOT_READY = (
+    ErrorCode.not_leader_or_follower,
+    ErrorCode.leader_not_available,
+    ErrorCode.unknown_topic_or_partition,
+)
 
 
 def _produce(broker: RunningBroker, partition: int, count: int) -> None:
+    """`count` records to `partition`, retried while the new topic's partition has no leader
+    yet (its log is still being created), as a client retries."""
     records = [Record(i, now_ms(), None, b"v%d" % i) for i in range(count)]
     values = produce_values(TOPIC, build_batch(records))
     values["topic_data"][0]["partition_data"][0]["index"] = partition
     body = fill(request_type(ApiKey.PRODUCE, 9), values)
-    answer = call(broker.host_port, ApiKey.PRODUCE, 9, body).responses[0].partition_responses[0]
-    assert answer.error_code == ErrorCode.none, answer
+    deadline = time.monotonic() + 30
+    while True:
+        answer = call(broker.host_port, ApiKey.PRODUCE, 9, body)
+        partition_answer = answer.responses[0].partition_responses[0]
+        if partition_answer.error_code not in _NOT_READY or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert partition_answer.error_code == ErrorCode.none, partition_answer
 
 
 def _fetch(
@@ -50,6 +64,20 @@ def _fetch(
     return call(broker.host_port, ApiKey.FETCH, VERSION, body)
 
 
+def _wait_led(broker: RunningBroker, partitions: int, topic: str = TOPIC) -> None:
+    """Until a sessionless fetch of every partition is answered without an error: a new
+    topic's partitions may have no leader for a moment."""
+    deadline = time.monotonic() + 30
+    offsets = dict.fromkeys(range(partitions), 0)
+    while True:
+        response = _fetch(broker, 0, -1, offsets, topic=topic)
+        errors = [p.error_code for t in response.responses for p in t.partitions]
+        if errors == [ErrorCode.none] * partitions:
+            return
+        assert time.monotonic() < deadline, f"{topic} is not led: {errors}"
+        time.sleep(0.2)
+
+
 def _answered(response: Any) -> dict[int, tuple[int, int]]:
     """Partition: (high watermark, record bytes) of each partition answered."""
     return {
@@ -61,6 +89,7 @@ def _answered(response: Any) -> dict[int, tuple[int, int]]:
 
 def test_a_fetch_session_answers_only_what_changed(broker: RunningBroker) -> None:
     create_topic(broker.bootstrap, TOPIC, 2)
+    _wait_led(broker, 2)
     _produce(broker, 0, 3)
 
     full = _fetch(broker, 0, 0, {0: 0, 1: 0})
@@ -91,6 +120,7 @@ def test_a_fetch_session_answers_only_what_changed(broker: RunningBroker) -> Non
 def test_a_wrong_epoch_or_an_unknown_session_is_refused(broker: RunningBroker) -> None:
     topic = TOPIC + "-refused"
     create_topic(broker.bootstrap, topic, 1)
+    _wait_led(broker, 1, topic)
     full = _fetch(broker, 0, 0, {0: 0}, topic=topic)
     session = full.session_id
     assert session != 0
