@@ -209,13 +209,25 @@ class Dispatcher:
             except CloseConnection:
                 raise
             except Exception as exc:
-                log.exception(
-                    "handler failed for %s v%d from %s (client %r)",
-                    type(request.body).__name__,
-                    request.header.api_version,
-                    client_address,
-                    request.header.client_id,
-                )
+                if self._classify is not None and self._classify(exc) in _EXPECTED:
+                    # A condition of the cluster the client is told of and retries (an admin
+                    # write while the controller moves), not a failure of this node.
+                    log.info(
+                        "%s v%d from %s (client %r) answered with an error: %s",
+                        type(request.body).__name__,
+                        request.header.api_version,
+                        client_address,
+                        request.header.client_id,
+                        exc,
+                    )
+                else:
+                    log.exception(
+                        "handler failed for %s v%d from %s (client %r)",
+                        type(request.body).__name__,
+                        request.header.api_version,
+                        client_address,
+                        request.header.client_id,
+                    )
                 body = self._error_body(request, exc)
             if off_loop:
                 loop = asyncio.get_running_loop()
@@ -259,6 +271,10 @@ class Dispatcher:
             raise CloseConnection("handler failed and the API has no error response")
         message = str(exc) if error != ErrorCode.unknown_server_error else None
         return self._fallback(header.api_key, header.api_version, request.body, error, message)
+
+
+_EXPECTED = frozenset({ErrorCode.not_controller})
+"""Errors a handler may raise in the normal course of a cluster's life: logged at INFO."""
 
 
 def _encode(header: RequestHeader, body: Answer | None) -> Frame | None:

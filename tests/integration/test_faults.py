@@ -41,12 +41,6 @@ ALLOWED: dict[str, dict[str, str]] = {
             "cannot tell whether the first send was written (KIP-360), and idempotence holds "
             "within one epoch only; the checker proves the epochs differ (Fetch by hand)"
         ),
-        "unclean_exit": (
-            "ADR 0023, not yet: a SIGTERM is not bounded everywhere. On 7c60218 a node hung "
-            "60 s three times (seed 40's fault 12, seed 1126's faults 127 and 224) after a "
-            "replica fetcher outlived its 5 s bound; twice the fetcher kept appending to "
-            "closed logs (docs/fault-injection.md)"
-        ),
     },
     "kafka": {
         "duplicated_across_epochs": "as for Gregor: the client's",
