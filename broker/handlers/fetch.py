@@ -82,6 +82,10 @@ class Handler:
             state.config.max_incremental_fetch_session_cache_slots, on_remove=self._unwatch_all
         )
         self._steady = steady_clock_ms()
+        # A follower's idle partitions are caught up as of each sweep: well within the lag a
+        # leader allows before it drops the follower from the ISR.
+        lag_ms = getattr(state.config, "replica_lag_time_max_ms", 30_000)
+        self._sweep_ms = min(SWEEP_MS, max(1, lag_ms // 3))
 
     async def __call__(self, context: RequestContext, request: Any) -> FetchResponse:
         version = context.header.api_version
@@ -151,7 +155,7 @@ class Handler:
         every `SWEEP_MS`; otherwise those the fetch named, those always read, and those
         touched since the last fetch or while this one waits."""
         now = self._steady()
-        if named is None or now - session.last_sweep_ms >= SWEEP_MS:
+        if named is None or now - session.last_sweep_ms >= self._sweep_ms:
             session.last_sweep_ms = now
             chosen = list(session.partitions)
         else:

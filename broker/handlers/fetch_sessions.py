@@ -47,9 +47,10 @@ __all__ = [
 
 SWEEP_MS = 5_000
 """An incremental fetch reads only the partitions named, touched or always read; every
-partition of the session is read at least this often all the same: a log start moved by
-retention is told then, and a follower's idle partitions are caught up as of then (well
-within `replica.lag.time.max.ms`)."""
+partition of the session is read at least this often all the same (a third of
+`replica.lag.time.max.ms` when that is shorter): a log start moved by retention is told then,
+and a follower's idle partitions are caught up as of then, well before the leader would drop
+it from the ISR."""
 EVICTION_MS = 120_000
 """A session unused this long may be evicted by any new one (Kafka's 2 minutes)."""
 INITIAL_EPOCH = 0

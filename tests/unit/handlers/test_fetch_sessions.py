@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from broker.handlers.fetch import Handler
 from broker.handlers.fetch_sessions import (
     EVICTION_MS,
     SWEEP_MS,
@@ -341,3 +342,18 @@ def test_a_replica_moved_off_this_node_is_told_at_once(leader: SessionLeader) ->
     leader.handler._point_at_leader = lambda answer, *_: None  # type: ignore[method-assign]
     answered = _answered(leader.session_fetch(-1, full.session_id, 2, {}))
     assert answered[0][0] != ErrorCode.none
+
+
+def test_the_sweep_comes_well_within_the_replica_lag_time(tmp_path: Path) -> None:
+    """With `replica.lag.time.max.ms=1500` (shorter than the 5 s sweep), an idle follower's
+    partitions must be looked at every 500 ms, or its leader drops a healthy follower from
+    the ISR."""
+    leader = SessionLeader(tmp_path)
+    try:
+        state: Any = leader.handler._state
+        state.config.replica_lag_time_max_ms = 1500
+        assert Handler(state)._sweep_ms == 500
+        state.config.replica_lag_time_max_ms = 30_000
+        assert Handler(state)._sweep_ms == SWEEP_MS
+    finally:
+        leader.logs.shutdown(now_ms=2_000)
