@@ -79,13 +79,12 @@ class Handler:
         self._state = state
         self._replicas = state.replicas
         self._sessions = FetchSessionCache(
-            state.config.max_incremental_fetch_session_cache_slots, on_remove=self._unwatch_all
+            state.config.max_incremental_fetch_session_cache_slots, state.replicas
         )
         self._steady = steady_clock_ms()
         # A follower's idle partitions are caught up as of each sweep: well within the lag a
         # leader allows before it drops the follower from the ISR.
-        lag_ms = getattr(state.config, "replica_lag_time_max_ms", 30_000)
-        self._sweep_ms = min(SWEEP_MS, max(1, lag_ms // 3))
+        self._sweep_ms = min(SWEEP_MS, max(1, state.config.replica_lag_time_max_ms // 3))
 
     async def __call__(self, context: RequestContext, request: Any) -> FetchResponse:
         version = context.header.api_version
@@ -157,14 +156,14 @@ class Handler:
         now = self._steady()
         if named is None or now - session.last_sweep_ms >= self._sweep_ms:
             session.last_sweep_ms = now
+            session.take_touched()  # every partition is read anyway
             chosen = list(session.partitions)
         else:
             # In the session's order, where a partition that returned records goes behind
             # the others: one that keeps taking the response's bytes must not starve them.
             chosen = session.in_turn(
-                list(dict.fromkeys([*named, *session.always, *self._touched(session)]))
+                list(dict.fromkeys([*named, *session.always, *session.take_touched()]))
             )
-        session.touched_keys.clear()
         names: dict[uuid.UUID, str | None] = {}
         loop = asyncio.get_running_loop()
         while True:
@@ -182,12 +181,7 @@ class Handler:
                 return reads
             with parked(), contextlib.suppress(TimeoutError):
                 await wait_for(session.woken.wait(), remaining)
-            chosen = list(dict.fromkeys([*chosen, *self._touched(session)]))
-            session.touched_keys.clear()
-
-    @staticmethod
-    def _touched(session: FetchSession) -> list[SessionKey]:
-        return [session.watched[k] for k in session.touched_keys if k in session.watched]
+            chosen = list(dict.fromkeys([*chosen, *session.take_touched()]))
 
     def _wanted(
         self,
@@ -205,33 +199,8 @@ class Handler:
                 names[held.topic_id] = self._state.topic_name(held.topic_id)
             resolved = names[held.topic_id]
             if resolved is not None and resolved != held.topic:
-                # A topic id this node learned of after the partition joined (Kafka's
-                # maybeResolveUnknownName): watched from now on, under its name.
-                self._unwatch(session, key, held)
-                held.topic = resolved
-                self._watch(session, key, held)
+                session.rename(key, resolved)  # an id this node learned of since it joined
         return _Wanted(resolved, held.topic_id, held, named is None or key in named)
-
-    def _watch(self, session: FetchSession, key: SessionKey, held: SessionPartition) -> None:
-        """The replica manager tells `session` of every change of this partition."""
-        if held.topic:
-            session.watched[(held.topic, held.partition)] = key
-            self._replicas.watch((held.topic, held.partition), session)
-        session.always.add(key)
-
-    def _unwatch(self, session: FetchSession, key: SessionKey, held: SessionPartition) -> None:
-        """No longer told of this partition, unless its name now stands for another session
-        partition (a topic deleted and created again under the same name: the new one is
-        watched under that name)."""
-        watched = (held.topic, held.partition)
-        if session.watched.get(watched) == key:
-            del session.watched[watched]
-            self._replicas.unwatch(watched, session)
-
-    def _unwatch_all(self, session: FetchSession) -> None:
-        for watched in session.watched:
-            self._replicas.unwatch(watched, session)
-        session.watched.clear()
 
     def _session(
         self, request: Any, names: list[str | None], replica_id: int, version: int
@@ -252,11 +221,7 @@ class Handler:
                 for name, topic in zip(names, request.topics, strict=True)
                 for partition in topic.partitions
             ]
-            session = self._sessions.create(replica_id, partitions, now)
-            if session is not None:
-                for key, held in session.partitions.items():
-                    self._watch(session, key, held)
-            return session, None
+            return self._sessions.create(replica_id, partitions, now), None
         session = self._sessions.get(session_id, now)
         if session is None or session.replica_id != replica_id:
             return ErrorCode.fetch_session_id_not_found
@@ -272,21 +237,16 @@ class Handler:
                 named.add(key)
                 known = session.partitions.get(key)
                 if known is None:
-                    added = session.partitions[key] = _session_partition(topic, name, partition)
-                    self._watch(session, key, added)
+                    session.add(key, _session_partition(topic, name, partition))
                 else:
                     known.update(partition)
         # Then what it forgets, as Kafka's FetchSession.update (a topic created again under
-        # the same name is forgotten under its old id as its new one is named: `_unwatch`).
+        # the same name is forgotten under its old id as its new one is named).
         for forgotten in request.forgotten_topics_data:
             forgotten_id: uuid.UUID | None = getattr(forgotten, "topic_id", None)
             for index in forgotten.partitions:
                 key = session_key(forgotten_id, getattr(forgotten, "topic", ""), index)
-                gone = session.partitions.pop(key, None)
-                session.turns.pop(key, None)
-                if gone is not None:
-                    self._unwatch(session, key, gone)
-                    session.always.discard(key)
+                session.forget(key)
                 named.discard(key)
         return session, named
 

@@ -29,8 +29,8 @@ import asyncio
 import random
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 __all__ = [
     "EVICTION_MS",
@@ -40,6 +40,7 @@ __all__ = [
     "SWEEP_MS",
     "FetchSession",
     "FetchSessionCache",
+    "Registry",
     "SessionKey",
     "SessionPartition",
     "session_key",
@@ -93,6 +94,16 @@ class SessionPartition:
 
 SessionKey = tuple[uuid.UUID | str, int]
 """A session partition by topic id (v13+) or name, and index."""
+PartitionName = tuple[str, int]
+"""A partition as the replica manager names it: topic name and index."""
+
+
+class Registry(Protocol):
+    """Who tells sessions of their partitions' changes (`ReplicaManager.watch`)."""
+
+    def watch(self, key: PartitionName, watcher: FetchSession) -> None: ...
+
+    def unwatch(self, key: PartitionName, watcher: FetchSession) -> None: ...
 
 
 @dataclass(slots=True, eq=False)
@@ -100,14 +111,15 @@ class FetchSession:
     session_id: int
     replica_id: int
     """The follower's broker id, or -1 for a consumer: a session is used by whoever made it."""
+    registry: Registry
     next_epoch: int = 1
     partitions: OrderedDict[SessionKey, SessionPartition] = field(default_factory=OrderedDict)
     """In the order they are read: a partition that returned records goes to the end, so
     that a response full to `max_bytes` does not starve the ones after it."""
     last_used_ms: int = 0
-    watched: dict[tuple[str, int], SessionKey] = field(default_factory=dict)
+    watched: dict[PartitionName, SessionKey] = field(default_factory=dict)
     """The partitions the replica manager tells this session of, by name."""
-    touched_keys: set[tuple[str, int]] = field(default_factory=set)
+    touched_keys: set[PartitionName] = field(default_factory=set)
     """Partitions that changed since the last read (`touched`)."""
     always: set[SessionKey] = field(default_factory=set)
     """Partitions read on every fetch: not told yet, answered an error last time, or (a
@@ -120,6 +132,52 @@ class FetchSession:
     _turn: int = 0
     woken: asyncio.Event = field(default_factory=asyncio.Event)
 
+    def add(self, key: SessionKey, held: SessionPartition) -> None:
+        """A partition joins: read at the next fetch, and watched under its name (a topic id
+        this node does not know yet has none: `rename` once it does)."""
+        self.partitions[key] = held
+        self.always.add(key)
+        if held.topic:
+            self.watched[(held.topic, held.partition)] = key
+            self.registry.watch((held.topic, held.partition), self)
+
+    def forget(self, key: SessionKey) -> None:
+        """A partition leaves (`ForgottenTopicsData`)."""
+        held = self.partitions.pop(key, None)
+        self.turns.pop(key, None)
+        self.always.discard(key)
+        if held is not None:
+            self._unwatch(key, held)
+
+    def rename(self, key: SessionKey, name: str) -> None:
+        """The topic id of a partition resolved to `name` (Kafka's maybeResolveUnknownName):
+        watched under that name from now on."""
+        held = self.partitions[key]
+        self._unwatch(key, held)
+        held.topic = name
+        self.add(key, held)
+
+    def close(self) -> None:
+        """Removed from the cache: no longer told of anything."""
+        for watched in self.watched:
+            self.registry.unwatch(watched, self)
+        self.watched.clear()
+
+    def take_touched(self) -> list[SessionKey]:
+        """The partitions touched since the last call."""
+        touched = [self.watched[k] for k in self.touched_keys if k in self.watched]
+        self.touched_keys.clear()
+        return touched
+
+    def _unwatch(self, key: SessionKey, held: SessionPartition) -> None:
+        """No longer told of this partition, unless its name now stands for another session
+        partition (a topic deleted and created again under the same name: the new one is
+        watched under that name)."""
+        watched = (held.topic, held.partition)
+        if self.watched.get(watched) == key:
+            del self.watched[watched]
+            self.registry.unwatch(watched, self)
+
     def served(self, key: SessionKey) -> None:
         """`key` returned records: it is read after the others from now on."""
         self.partitions.move_to_end(key)
@@ -130,7 +188,7 @@ class FetchSession:
         """`keys` (a few of the session's) in the session's reading order."""
         return sorted(keys, key=lambda k: self.turns.get(k, 0))
 
-    def touched(self, key: tuple[str, int]) -> None:
+    def touched(self, key: PartitionName) -> None:
         if key in self.watched:
             self.touched_keys.add(key)
             self.woken.set()
@@ -144,16 +202,10 @@ class FetchSession:
 
 
 class FetchSessionCache:
-    def __init__(
-        self,
-        slots: int,
-        *,
-        seed: int | None = None,
-        on_remove: Callable[[FetchSession], None] | None = None,
-    ) -> None:
-        """`on_remove`: told of each session removed or evicted."""
+    def __init__(self, slots: int, registry: Registry, *, seed: int | None = None) -> None:
+        """`registry`: what tells the sessions of their partitions' changes."""
         self._slots = slots
-        self._on_remove = on_remove
+        self._registry = registry
         self._sessions: OrderedDict[int, FetchSession] = OrderedDict()
         """Least recently used first."""
         self._random = random.Random(seed)
@@ -170,8 +222,8 @@ class FetchSessionCache:
 
     def remove(self, session_id: int) -> None:
         session = self._sessions.pop(session_id, None)
-        if session is not None and self._on_remove is not None:
-            self._on_remove(session)
+        if session is not None:
+            session.close()
 
     def create(
         self, replica_id: int, partitions: list[SessionPartition], now_ms: int
@@ -192,10 +244,11 @@ class FetchSessionCache:
         session_id = self._random.randrange(1, 2**31)
         while session_id in self._sessions:
             session_id = self._random.randrange(1, 2**31)
-        session = FetchSession(session_id, replica_id, last_used_ms=now_ms, last_sweep_ms=now_ms)
+        session = FetchSession(
+            session_id, replica_id, self._registry, last_used_ms=now_ms, last_sweep_ms=now_ms
+        )
         for partition in partitions:
-            session.partitions[_key(partition)] = partition
-            session.always.add(_key(partition))
+            session.add(_key(partition), partition)
         self._sessions[session_id] = session
         return session
 

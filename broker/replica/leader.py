@@ -164,30 +164,6 @@ class LeaderReplication(HostedPartitions):
         partition.last_fetch[replica_id] = (offset, now)
         return True
 
-    def consumer_idle(
-        self,
-        topic: str,
-        index: int,
-        offset: int,
-        *,
-        leader_epoch: int,
-        high_watermark: int,
-        log_start_offset: int,
-    ) -> bool:
-        """Whether a consumer's fetch from `offset`, in a fetch session, finds nothing it was
-        not told already: this node still leads in `leader_epoch`, nothing is readable from
-        `offset` (it is at the high watermark or past it), and the high watermark and log
-        start are the ones it was told."""
-        partition = self.partitions.get((topic, index))
-        return (
-            partition is not None
-            and partition.is_leader
-            and partition.leader_epoch == leader_epoch
-            and partition.high_watermark == high_watermark
-            and offset >= high_watermark
-            and partition.log.log_start_offset == log_start_offset
-        )
-
     def follower_in_sync(self, topic: str, index: int, replica_id: int) -> bool:
         """Whether this node leads the partition with `replica_id` in its ISR."""
         partition = self.partitions.get((topic, index))

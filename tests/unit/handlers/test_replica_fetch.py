@@ -57,7 +57,9 @@ class Leader:
         self.replicas.on_isr_change = lambda _, wanted: self.isr_asked.append(wanted)
         assert self.replicas.append("t", 0, batch(3), acks=-1).error == ErrorCode.none
         state = SimpleNamespace(
-            config=SimpleNamespace(max_incremental_fetch_session_cache_slots=1000),
+            config=SimpleNamespace(
+                max_incremental_fetch_session_cache_slots=1000, replica_lag_time_max_ms=30_000
+            ),
             replicas=self.replicas,
             metadata=SimpleNamespace(image=self.image),
             topic_name=lambda topic_id: "t" if topic_id == TOPIC.topic_id else None,

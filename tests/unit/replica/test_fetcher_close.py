@@ -50,7 +50,9 @@ def test_a_fetcher_without_its_leaders_endpoint_waits(
                     fetcher.changed.set()
                 await asyncio.sleep(0.35)
             looks = caplog.text.count("has no INTERNAL endpoint")
-            assert 2 <= looks <= 6, looks  # about one per 100 ms backoff
+            # About one per 100 ms backoff (fewer on a busy machine); the spin it replaced
+            # looked thousands of times.
+            assert 1 <= looks <= 6, looks
         finally:
             await fetchers.close()
             logs.shutdown(now_ms=2_000)

@@ -49,17 +49,25 @@ def _answer(session_id: int, error: ErrorCode = ErrorCode.none) -> Any:
     return SimpleNamespace(error_code=error, session_id=session_id, responses=())
 
 
+def _round(fetchers: ReplicaFetchers, fetcher: _Fetcher, answer: Any | None) -> Any:
+    """The fetcher's next request, answered with `answer` (an empty answer naming a session
+    id, or an error) unless None; the request's body."""
+    request = fetchers._request(fetcher)
+    assert request is not None
+    body, sent = request
+    if answer is not None:
+        fetchers._take(fetcher, sent, answer)
+    return body
+
+
 def test_a_session_names_only_what_moved(
     follower: tuple[ReplicaManager, LogManager],
 ) -> None:
     manager, _ = follower
     fetchers, fetcher = _fetchers(manager)
-    request = fetchers._request(fetcher)
-    assert request is not None
-    body, sent = request
+    body = _round(fetchers, fetcher, _answer(77))
     assert (body.session_id, body.session_epoch) == (0, 0)  # a full fetch, asking for one
     assert _named(body) == {0, 1}
-    fetchers._take(fetcher, sent, _answer(77))
 
     request = fetchers._request(fetcher)
     assert request is not None
@@ -72,9 +80,7 @@ def test_a_session_names_only_what_moved(
     partition = manager.partitions[("t", 1)]
     partition.log.append_as_follower(batch(2, epoch=0), now_ms=1_000)
     fetcher.partitions = {("t", 1)}  # t-0 is followed from another leader now
-    request = fetchers._request(fetcher)
-    assert request is not None
-    body, _ = request
+    body = _round(fetchers, fetcher, None)
     assert (body.session_id, body.session_epoch) == (77, 2)
     assert _named(body) == {1}
     assert body.topics[0].partitions[0].fetch_offset == 2
@@ -86,16 +92,10 @@ def test_a_lost_session_starts_over_with_a_full_fetch(
 ) -> None:
     manager, _ = follower
     fetchers, fetcher = _fetchers(manager)
-    request = fetchers._request(fetcher)
-    assert request is not None
-    fetchers._take(fetcher, request[1], _answer(77))
-    request = fetchers._request(fetcher)
-    assert request is not None
-    fetchers._take(fetcher, request[1], _answer(0, ErrorCode.fetch_session_id_not_found))
+    _round(fetchers, fetcher, _answer(77))
+    _round(fetchers, fetcher, _answer(0, ErrorCode.fetch_session_id_not_found))
 
-    request = fetchers._request(fetcher)
-    assert request is not None
-    body, _ = request
+    body = _round(fetchers, fetcher, None)
     assert (body.session_id, body.session_epoch) == (0, 0)
     assert _named(body) == {0, 1}
     assert not fetcher.held_until  # nothing held back: the full fetch goes at once
@@ -107,11 +107,8 @@ def test_a_leader_without_sessions_gets_full_fetches(
     manager, _ = follower
     fetchers, fetcher = _fetchers(manager)
     for _ in range(2):
-        request = fetchers._request(fetcher)
-        assert request is not None
-        body, sent = request
+        body = _round(fetchers, fetcher, _answer(0))
         assert (body.session_id, body.session_epoch, _named(body)) == (0, 0, {0, 1})
-        fetchers._take(fetcher, sent, _answer(0))
 
 
 def test_an_answer_outside_the_session_starts_it_over(
@@ -121,12 +118,7 @@ def test_an_answer_outside_the_session_starts_it_over(
     the next fetch is a full one, not one at an epoch the leader does not expect."""
     manager, _ = follower
     fetchers, fetcher = _fetchers(manager)
-    request = fetchers._request(fetcher)
-    assert request is not None
-    fetchers._take(fetcher, request[1], _answer(77))
-    request = fetchers._request(fetcher)
-    assert request is not None
-    fetchers._take(fetcher, request[1], _answer(0))
-    request = fetchers._request(fetcher)
-    assert request is not None
-    assert (request[0].session_id, request[0].session_epoch) == (0, 0)
+    _round(fetchers, fetcher, _answer(77))
+    _round(fetchers, fetcher, _answer(0))
+    body = _round(fetchers, fetcher, None)
+    assert (body.session_id, body.session_epoch) == (0, 0)
