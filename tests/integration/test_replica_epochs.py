@@ -168,7 +168,9 @@ def test_a_replica_fetch_with_a_stale_epoch_does_not_move_the_high_watermark(
         end = _produce(leader, 2, acks=1)
         assert end == 5
         time.sleep(1)  # the other follower has fetched the 2 records by now
-        assert _latest(leader) == 3  # the paused follower holds it
+        held = _latest(leader)
+        # the paused follower holds it (the partition as the cluster sees it, should not)
+        assert held == 3, _metadata(cluster).topics[0].partitions[0]
 
         stale = _forged_fetch(leader, topic_id, follower, 0, end)
         assert stale.error_code == ErrorCode.not_leader_or_follower

@@ -553,8 +553,7 @@ def start_kafka(
     """Format a KRaft log dir under `directory`, start `kafka.Kafka` on two free loopback ports,
     and return once it logs that it has started (its listeners then serve clients)."""
     port = free_port()
-    while (controller_port := free_port()) == port:
-        pass
+    controller_port = free_port()
     properties = _kafka_properties(
         directory, 1, port, controller_port, f"1@localhost:{controller_port}"
     ) | dict(extra or {})
