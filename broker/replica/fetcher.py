@@ -41,6 +41,10 @@ log = logging.getLogger(__name__)
 FETCH_VERSION = 17
 THROTTLE_BACKOFF_S = 0.1
 """How long a partition over the follower throttle is left out of the fetches."""
+SWEEP_S = 5.0
+"""How often a fetcher looks at every partition it follows, not only at those it was told
+moved: a change that reaches a log by a way that tells no one (the follower's own retention
+moving its log start) reaches the leader's session within this."""
 CLOSE_TIMEOUT_S = 5.0
 """How long `close` waits for the fetchers to stop (each closes its leader connection)."""
 _SESSION_ERRORS = (ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch)
@@ -119,6 +123,16 @@ class _Session:
 
 
 @dataclass(slots=True)
+class _Asking:
+    """A partition the next fetch reads: as whom it is asked for, and from where."""
+
+    at: tuple[Any, int]
+    """(topic id, index): how the leader names it."""
+    partition: Partition
+    entry: _SessionEntry
+
+
+@dataclass(slots=True)
 class _Fetcher:
     leader: int
     partitions: set[TopicPartition] = field(default_factory=set)
@@ -126,9 +140,30 @@ class _Fetcher:
     task: asyncio.Task[None] | None = None
     held_until: dict[TopicPartition, float] = field(default_factory=dict)
     """Partitions a refusal holds back until then (monotonic seconds)."""
-    asked: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
-    """What the fetch under way asked for each partition: (fetch offset, leader epoch)."""
+    asking: dict[TopicPartition, _Asking] = field(default_factory=dict)
+    """Every partition the fetches read now (followed, not held back), with the fetch state
+    last sent for it. A fetch answer is taken only for the state it asked from."""
+    reading: dict[tuple[Any, int], Partition] = field(default_factory=dict)
+    """`asking` by the leader's names for the partitions."""
+    dirty: set[TopicPartition] = field(default_factory=set)
+    """Partitions whose fetch state may have moved since the last fetch (appended to,
+    truncated, answered, led, no longer followed...): only these are looked at again."""
+    unsaid: set[tuple[Any, int]] = field(default_factory=set)
+    """Partitions no longer read that the leader's session may still hold: the next fetch
+    forgets them (a round with nothing to ask sends none, so they wait for one)."""
+    swept: float = 0.0
+    """When every partition was last looked at (`SWEEP_S`; monotonic seconds)."""
+    idle: bool = False
+    """Waiting for a change with nothing to ask: a partition told of wakes it."""
     session: _Session = field(default_factory=_Session)
+
+    def forget(self, key: TopicPartition) -> None:
+        """`key` is read no longer: the next fetch forgets it (`unsaid`)."""
+        asking = self.asking.pop(key, None)
+        if asking is not None:
+            if self.reading.get(asking.at) is asking.partition:
+                del self.reading[asking.at]
+            self.unsaid.add(asking.at)
 
 
 class ReplicaFetchers:
@@ -147,6 +182,8 @@ class ReplicaFetchers:
         self._closed = False
         self._stopping: set[asyncio.Task[None]] = set()
         """Fetchers of leaders no longer followed, until their tasks have ended."""
+        self._following: dict[TopicPartition, _Fetcher] = {}
+        """Which fetcher follows each partition (the replica manager tells `touched`)."""
 
     def update(self) -> None:
         """Follow what the replica manager says this node follows now: a fetcher per leader,
@@ -159,6 +196,7 @@ class ReplicaFetchers:
         for leader, fetcher in list(self._fetchers.items()):
             if leader not in wanted:
                 del self._fetchers[leader]
+                self._follow(fetcher, set())
                 if fetcher.task is not None:
                     fetcher.task.cancel()
                     # Held until it has wound down (its connection closes): a task nothing
@@ -166,6 +204,12 @@ class ReplicaFetchers:
                     # pending").
                     self._stopping.add(fetcher.task)
                     fetcher.task.add_done_callback(self._stopping.discard)
+        moved: list[_Fetcher] = []
+        for leader, keys in wanted.items():
+            following = self._fetchers.get(leader)
+            if following is not None and following.partitions != keys:
+                moved.append(following)
+                self._follow(following, keys & following.partitions)  # what left, first
         for leader, keys in wanted.items():
             following = self._fetchers.get(leader)
             if following is None:
@@ -174,9 +218,34 @@ class ReplicaFetchers:
                     self._run(following), name=f"replica-fetcher-{leader}"
                 )
                 following.task.add_done_callback(self._ended)
-            if following.partitions != keys:
-                following.partitions = keys
-                following.changed.set()
+                moved.append(following)
+            self._follow(following, keys)
+        for following in moved:
+            following.changed.set()
+
+    def _follow(self, fetcher: _Fetcher, keys: set[TopicPartition]) -> None:
+        """`fetcher` follows `keys` from now on: it is told of every change of those (the
+        replica manager's `watch`), and looks at what joined or left before its next fetch."""
+        if fetcher.partitions == keys:
+            return
+        for key in fetcher.partitions - keys:
+            if self._following.get(key) is fetcher:
+                del self._following[key]
+                self._replicas.unwatch(key, self)
+        for key in keys - fetcher.partitions:
+            self._following[key] = fetcher
+            self._replicas.watch(key, self)
+        fetcher.dirty |= fetcher.partitions ^ keys
+        fetcher.partitions = keys
+
+    def touched(self, key: TopicPartition) -> None:
+        """The replica manager's word that `key` changed (appended to, truncated, its leader
+        or epoch or log start moved): its fetcher looks at it again before the next fetch."""
+        fetcher = self._following.get(key)
+        if fetcher is not None:
+            fetcher.dirty.add(key)
+            if fetcher.idle:
+                fetcher.changed.set()
 
     def _ended(self, task: asyncio.Task[None]) -> None:
         """A fetcher that died (it should not) is logged and forgotten, so that the next
@@ -187,6 +256,7 @@ class ReplicaFetchers:
         for leader, fetcher in list(self._fetchers.items()):
             if fetcher.task is task:
                 del self._fetchers[leader]
+                self._follow(fetcher, set())  # the next `update` starts another
         if exc is not None:
             log.error("the replica fetcher stopped", exc_info=exc)
             if not self._closed:
@@ -196,6 +266,8 @@ class ReplicaFetchers:
         self._closed = True
         tasks = [f.task for f in self._fetchers.values() if f.task is not None]
         tasks.extend(self._stopping)
+        for fetcher in self._fetchers.values():
+            self._follow(fetcher, set())
         self._fetchers.clear()
         for task in tasks:
             task.cancel()
@@ -245,11 +317,17 @@ class ReplicaFetchers:
                     # Nothing to ask now: wait for a change, or until the first held
                     # partition may be asked again.
                     first = min(fetcher.held_until.values(), default=None)
-                    await self._pause(
-                        fetcher,
-                        until_changed=first is None,
-                        at_most=None if first is None else max(0.0, first - time.monotonic()),
-                    )
+                    wait = SWEEP_S if first is None else max(0.0, first - time.monotonic())
+                    fetcher.idle = True
+                    try:
+                        # Told of any change (`touched`), and at most until the sweep.
+                        await self._pause(
+                            fetcher,
+                            until_changed=first is None,
+                            at_most=wait,
+                        )
+                    finally:
+                        fetcher.idle = False
                     continue
                 body, sent = request
                 try:
@@ -280,7 +358,7 @@ class ReplicaFetchers:
         self, fetcher: _Fetcher, *, until_changed: bool = False, at_most: float | None = None
     ) -> None:
         """Until the partitions change, or the backoff (or `at_most` seconds) is over."""
-        timeout = None if until_changed else self._settings.backoff_ms / 1000
+        timeout = at_most if until_changed else self._settings.backoff_ms / 1000
         if at_most is not None and timeout is not None:
             timeout = min(timeout, at_most)
         with contextlib.suppress(TimeoutError):
@@ -297,68 +375,60 @@ class ReplicaFetchers:
         """The Fetch for every partition of this leader not held back, and each partition it
         reads by (topic id, index); None when there is none to ask. In a fetch session, the
         request names only the partitions whose fetch state the leader's session does not
-        hold, and forgets those no longer asked for."""
+        hold, and forgets those no longer asked for. Only partitions told of since the last
+        fetch (`dirty`) are looked at, and every one after a lost session or `SWEEP_S`."""
         settings = self._settings
         image: MetadataImage = self._image()
         schema = request_module(ApiKey.FETCH, FETCH_VERSION)
         session = fetcher.session
         now = time.monotonic()
-        by_topic: dict[Any, list[Any]] = {}
-        sent: dict[tuple[Any, int], Partition] = {}
-        entries: dict[tuple[Any, int], _SessionEntry] = {}
-        for key in [k for k in fetcher.held_until if k not in fetcher.partitions]:
-            del fetcher.held_until[key]  # no longer followed from this leader
-        fetcher.asked.clear()
-        for key in fetcher.partitions:
-            if key in fetcher.held_until:
-                if fetcher.held_until[key] > now:
-                    continue
+        if session.session_id == 0 or now - fetcher.swept >= SWEEP_S:
+            fetcher.dirty |= fetcher.partitions
+            fetcher.dirty |= fetcher.asking.keys()
+            fetcher.swept = now
+        for key, until in list(fetcher.held_until.items()):
+            if key not in fetcher.partitions:
+                del fetcher.held_until[key]  # no longer followed from this leader
+            elif until <= now:
                 del fetcher.held_until[key]
-            found = self._replicas.partitions.get(key)
-            topic = image.topics.get(key[0])
-            if found is None or topic is None or found.is_leader:
+                fetcher.dirty.add(key)
+        looked_at, fetcher.dirty = fetcher.dirty, set()
+        full = session.session_id == 0
+        by_topic: dict[Any, list[Any]] = {}
+        entries: dict[tuple[Any, int], _SessionEntry] = {}
+        for key in looked_at:
+            asking = self._asking(fetcher, key, image, now)
+            if asking is None:
+                fetcher.forget(key)
                 continue
-            if self._replicas.follower_throttled(found):
-                # Over `follower.replication.throttled.rate`: it waits, the others go on.
-                fetcher.held_until[key] = now + THROTTLE_BACKOFF_S
-                continue
-            log_ = found.log
-            if log_.appending:
-                # Its last write as leader is still on a thread: the log is not to change
-                # under it; the next round asks.
-                fetcher.held_until[key] = now + 0.05
-                continue
-            at = (topic.topic_id, key[1])
-            entry = (
-                log_.log_end_offset,
-                found.leader_epoch,
-                log_.epochs.latest_epoch,
-                log_.log_start_offset,
-            )
-            sent[at] = found
-            fetcher.asked[key] = (entry[0], entry[1])
-            if session.session_id != 0 and session.held.get(at) == entry:
+            before = fetcher.asking.get(key)
+            if before is not None and before.at != asking.at:
+                fetcher.forget(key)  # another topic of the same name now
+            fetcher.asking[key] = asking
+            fetcher.reading[asking.at] = asking.partition
+            if not full and session.held.get(asking.at) == asking.entry:
                 continue  # the leader's session holds it as it is
-            entries[at] = entry
-            by_topic.setdefault(topic.topic_id, []).append(
+            entries[asking.at] = asking.entry
+            by_topic.setdefault(asking.at[0], []).append(
                 build(
                     schema.FetchPartition,
                     partition=key[1],
-                    current_leader_epoch=entry[1],
-                    fetch_offset=entry[0],
-                    last_fetched_epoch=entry[2],
-                    log_start_offset=entry[3],
+                    current_leader_epoch=asking.entry[1],
+                    fetch_offset=asking.entry[0],
+                    last_fetched_epoch=asking.entry[2],
+                    log_start_offset=asking.entry[3],
                     partition_max_bytes=settings.max_bytes,
                     replica_directory_id=None,
                 )
             )
-        if not sent:
+        if not fetcher.asking:
             return None
         forgotten: dict[Any, list[int]] = {}
-        if session.session_id != 0:
-            for at in session.held:
-                if at not in sent:
+        if not full:
+            for at in fetcher.unsaid:
+                if at in session.held and at not in fetcher.reading:
                     forgotten.setdefault(at[0], []).append(at[1])
+        fetcher.unsaid.clear()  # sent now; a fetch that fails starts the session over
         session.pending = (entries, [(t, i) for t, indexes in forgotten.items() for i in indexes])
         body = build(
             request_type(ApiKey.FETCH, FETCH_VERSION),
@@ -386,7 +456,36 @@ class ReplicaFetchers:
             ),
             rack_id="",
         )
-        return body, sent
+        return body, fetcher.reading
+
+    def _asking(
+        self, fetcher: _Fetcher, key: TopicPartition, image: MetadataImage, now: float
+    ) -> _Asking | None:
+        """What the next fetch asks for `key`, or None when it asks nothing (no longer
+        followed from this leader, led here, held back, or its log busy)."""
+        if key not in fetcher.partitions or key in fetcher.held_until:
+            return None
+        found = self._replicas.partitions.get(key)
+        topic = image.topics.get(key[0])
+        if found is None or topic is None or found.is_leader:
+            return None
+        if self._replicas.follower_throttled(found):
+            # Over `follower.replication.throttled.rate`: it waits, the others go on.
+            fetcher.held_until[key] = now + THROTTLE_BACKOFF_S
+            return None
+        log_ = found.log
+        if log_.appending:
+            # Its last write as leader is still on a thread: the log is not to change under
+            # it; the next round asks.
+            fetcher.held_until[key] = now + 0.05
+            return None
+        entry = (
+            log_.log_end_offset,
+            found.leader_epoch,
+            log_.epochs.latest_epoch,
+            log_.log_start_offset,
+        )
+        return _Asking((topic.topic_id, key[1]), found, entry)
 
     def _take(
         self, fetcher: _Fetcher, sent: dict[tuple[Any, int], Partition], response: Any
@@ -418,11 +517,16 @@ class ReplicaFetchers:
                 if partition is None:
                     continue
                 key = (partition.topic, partition.index)
+                fetcher.dirty.add(key)  # answered: its fetch state may move now
                 if self._replicas.partitions.get(key) is not partition:
                     continue  # deleted, or failed with its disk, while the fetch was out
                 if partition.is_leader or partition.state.leader != fetcher.leader:
                     continue
-                if fetcher.asked.get(key) != (partition.log.log_end_offset, partition.leader_epoch):
+                asking = fetcher.asking.get(key)
+                if asking is None or asking.entry[:2] != (
+                    partition.log.log_end_offset,
+                    partition.leader_epoch,
+                ):
                     # Kafka's fetcher takes an answer only for the fetch state it asked from:
                     # this log or its leader's epoch changed while the fetch was out (the node
                     # led meanwhile, or followed another leader), so the answer may not follow
@@ -507,6 +611,7 @@ class ReplicaFetchers:
     def _hold(self, fetcher: _Fetcher, partition: Partition) -> None:
         key = (partition.topic, partition.index)
         fetcher.held_until[key] = time.monotonic() + self._settings.backoff_ms / 1000
+        fetcher.dirty.add(key)  # left out of the fetches until then
 
 
 def _whole_batches(records: bytes) -> bytes:

@@ -256,6 +256,7 @@ class ReplicaManager(FollowerReplication, Appends, LeaderReplication, Offsets):
         partition.stored_high_watermark = log_.loaded_high_watermark
         log_.committed = lambda: partition.high_watermark
         self.partitions[key] = partition
+        self._wake(key)  # its fetches and fetch sessions (a follower's fetcher) look again
         if not partition.is_leader:
             self._roles_changed()
 
