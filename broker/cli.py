@@ -22,12 +22,14 @@ import ctypes
 import ctypes.util
 import gc
 import logging
+import os
 import resource
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from broker import __version__
+from broker.aio import report_slow_callbacks
 from broker.config import BrokerConfig, InvalidConfig
 from broker.handlers import HANDLED_APIS
 from broker.handlers.api_versions import advertisement
@@ -118,6 +120,9 @@ def _run_node(
     _raise_open_files_limit()
     _return_large_buffers_to_the_system()
     _hand_the_gil_back_sooner()
+    slow_ms = os.environ.get("GREGOR_SLOW_CALLBACK_MS")
+    if slow_ms:
+        report_slow_callbacks(float(slow_ms))
 
     async def main() -> None:
         node = Node(config, cluster_id=cluster_id, config_path=config_path)
