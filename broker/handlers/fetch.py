@@ -166,6 +166,7 @@ class Handler:
             )
         names: dict[uuid.UUID, str | None] = {}
         loop = asyncio.get_running_loop()
+        read: dict[SessionKey, tuple[_Wanted, FetchResult]] = {}
         while True:
             session.woken.clear()
             wanted = [
@@ -176,12 +177,26 @@ class Handler:
             reads, total, errors = self._read(
                 wanted, request.max_bytes, replica_id, named is not None
             )
+            if read:
+                # What was read before the wait, with what was touched since read again:
+                # before the wait nothing had records (see below), so nothing else moved.
+                read |= _by_key(reads)
+                reads = list(read.values())
             remaining = deadline - loop.time()
             if total >= request.min_bytes or errors or remaining <= 0 or not session.watched:
                 return reads
             with parked(), contextlib.suppress(TimeoutError):
                 await wait_for(session.woken.wait(), remaining)
-            chosen = list(dict.fromkeys([*chosen, *session.take_touched()]))
+            touched = session.take_touched()
+            if total == 0:
+                # Only what was touched meanwhile is read again (a sweep's thousands of
+                # partitions are not read again each time one of them is appended to).
+                read = read or _by_key(reads)
+                chosen = list(dict.fromkeys(touched))
+            else:
+                # Records under `min_bytes` were read: all again, within `max_bytes`.
+                chosen = list(dict.fromkeys([*read, *chosen, *touched]))
+                read = {}
 
     def _wanted(
         self,
@@ -469,3 +484,12 @@ def _partition(wanted: Any, result: FetchResult) -> FetchPartition:
         records=b"" if result.records is None else result.records.pin(),
         diverging_epoch=result.diverging_epoch,
     )
+
+
+def _by_key(
+    reads: list[tuple[_Wanted, FetchResult]],
+) -> dict[SessionKey, tuple[_Wanted, FetchResult]]:
+    return {
+        session_key(item.wanted.topic_id, item.wanted.topic, item.wanted.partition): (item, result)
+        for item, result in reads
+    }

@@ -126,8 +126,14 @@ class ThreeNodes:
 
 @contextlib.contextmanager
 def three_nodes(
-    kind: str, directory: Path, extra: Mapping[str, str] | None = None
+    kind: str,
+    directory: Path,
+    extra: Mapping[str, str] | None = None,
+    *,
+    kafka_heap: str = "384m",
 ) -> Iterator[ThreeNodes]:
+    """Three combined nodes of `kind`; `kafka_heap`: each Kafka JVM's heap (the tests' small
+    default holds a few hundred partitions; 10,000 need about 1 GiB)."""
     if kind == "gregor":
         cluster = start_cluster(directory, 3, 0, dict(extra or {}))
         try:
@@ -137,7 +143,7 @@ def three_nodes(
         finally:
             cluster.kill()
     else:
-        brokers = start_kafka_cluster(directory, 3, extra)
+        brokers = start_kafka_cluster(directory, 3, extra, heap=kafka_heap)
         try:
             yield ThreeNodes(kind, ",".join(b.bootstrap for b in brokers), _kafka=brokers)
         finally:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -52,9 +52,12 @@ class SessionLeader(Leader):
         topic_id: uuid.UUID = TOPIC.topic_id,
         forgotten_id: uuid.UUID = TOPIC.topic_id,
         max_bytes: int = CONFIG_BYTES,
+        while_parked: Callable[[], None] | None = None,
     ) -> Any:
         """A Fetch in a session naming partitions `offsets` (index: fetch offset) of t (by
-        `topic_id`), forgetting `forgotten` (of `forgotten_id`), answered in `max_bytes`."""
+        `topic_id`), forgetting `forgotten` (of `forgotten_id`), answered in `max_bytes`;
+        with `while_parked`, one that waits up to 5 s for a byte, `while_parked` called once it
+        waits."""
         partitions = [
             {
                 "partition": index,
@@ -67,8 +70,8 @@ class SessionLeader(Leader):
             for index, offset in offsets.items()
         ]
         values: dict[str, Any] = {
-            "max_wait": timedelta(0),
-            "min_bytes": 0,
+            "max_wait": timedelta(seconds=0 if while_parked is None else 5),
+            "min_bytes": 0 if while_parked is None else 1,
             "max_bytes": max_bytes,
             "session_id": session_id,
             "session_epoch": session_epoch,
@@ -86,7 +89,16 @@ class SessionLeader(Leader):
         filled = fill(request_type(ApiKey.FETCH, VERSION), values)
         body = decode_request_body(ApiKey.FETCH, VERSION, encode_request_body(filled))
         context = RequestContext(RequestHeader(ApiKey.FETCH, VERSION, 1, "unit"), "PLAINTEXT", "")
-        response = asyncio.run(self.handler(context, body))
+
+        async def fetch() -> Any:
+            answer = asyncio.create_task(self.handler(context, body))
+            if while_parked is not None:
+                await asyncio.sleep(0.05)
+                assert not answer.done()
+                while_parked()
+            return await answer
+
+        response = asyncio.run(fetch())
         for region in response.regions():
             region.close()
         return response
@@ -375,3 +387,30 @@ def test_the_sweep_comes_well_within_the_replica_lag_time(tmp_path: Path) -> Non
         assert partition.caught_up_ms[2] > 0
     finally:
         leader.logs.shutdown(now_ms=2_000)
+
+
+def test_a_parked_fetch_reads_again_only_what_was_touched(leader: SessionLeader) -> None:
+    """A fetch of a session's thousands of partitions that waits for data is woken by an
+    append to one: it reads that one again, not every partition, and answers it."""
+    full = leader.session_fetch(2, 0, 0, {0: 3, 1: 0})
+    leader.session_fetch(2, full.session_id, 1, {})
+    read = leader.handler._read
+    reads: list[int] = []
+
+    def counted(wanted: list[Any], *args: Any) -> Any:
+        reads.extend(item.wanted.partition for item in wanted)
+        return read(wanted, *args)
+
+    leader.handler._read = counted  # type: ignore[method-assign,assignment]
+    session = leader.handler._sessions.get(full.session_id, 0)
+    assert session is not None
+    session.last_sweep_ms -= SWEEP_MS  # this fetch sweeps: it reads every partition, waits
+
+    def append() -> None:
+        reads.clear()
+        leader.replicas.append("t", 1, batch(2), acks=1)
+
+    answer = leader.session_fetch(2, full.session_id, 2, {}, while_parked=append)
+    assert set(_answered(answer)) == {1}
+    assert _answered(answer)[1][2] > 0
+    assert reads == [1]
