@@ -33,7 +33,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from broker.config import BrokerConfig
 from broker.metadata import MetadataImage, MetadataRecord, QuorumController
@@ -117,7 +117,7 @@ class MetadataService:
             replication_factor=config.default_replication_factor,
         )
         self.subscribers: list[Callable[[Change], None]] = []
-        self._log_configs: dict[tuple[Any, ...], LogConfig] = {}
+        self._log_configs: dict[tuple[tuple[tuple[str, str], ...], ...], LogConfig] = {}
         """`topic_log_config`'s answers, by the settings they were resolved from."""
         self._prepared: dict[int, MetadataRecord] = {}
         """Entries decoded ahead of `apply`, by offset (`prepare`)."""
@@ -558,9 +558,9 @@ class MetadataService:
         Resolved once per set of those settings (creating or taking over thousands of
         partitions of a topic asks for each one: resolving the whole chain every time was a
         tenth to a quarter of a node's event loop then)."""
-        key = (
-            id(self.config),
-            tuple(sorted(self.image.topic_config(topic).items())),
+        overrides = self.image.topic_config(topic)
+        key = (  # the static settings (`self.config`) never change
+            tuple(sorted(overrides.items())),
             tuple(sorted(self.broker_dynamic_configs.items())),
             tuple(sorted(self.cluster_dynamic_configs.items())),
         )
@@ -568,9 +568,7 @@ class MetadataService:
         if found is None:
             if len(self._log_configs) >= _LOG_CONFIGS_KEPT:
                 self._log_configs.clear()
-            found = self._log_configs[key] = log_config(
-                self.resolved_topic_configs(self.image.topic_config(topic))
-            )
+            found = self._log_configs[key] = log_config(self.resolved_topic_configs(overrides))
         return found
 
     async def resign(self) -> None:

@@ -166,7 +166,8 @@ class Handler:
             )
         names: dict[uuid.UUID, str | None] = {}
         loop = asyncio.get_running_loop()
-        read: dict[SessionKey, tuple[_Wanted, FetchResult]] = {}
+        # What a wait that has read no records yet keeps: only the touched are read again.
+        kept: dict[SessionKey, tuple[_Wanted, FetchResult]] = {}
         while True:
             session.woken.clear()
             wanted = [
@@ -177,11 +178,11 @@ class Handler:
             reads, total, errors = self._read(
                 wanted, request.max_bytes, replica_id, named is not None
             )
-            if read:
+            if kept:
                 # What was read before the wait, with what was touched since read again:
                 # before the wait nothing had records (see below), so nothing else moved.
-                read |= _by_key(reads)
-                reads = list(read.values())
+                kept |= _by_key(reads)
+                reads = list(kept.values())
             remaining = deadline - loop.time()
             if total >= request.min_bytes or errors or remaining <= 0 or not session.watched:
                 return reads
@@ -191,12 +192,12 @@ class Handler:
             if total == 0:
                 # Only what was touched meanwhile is read again (a sweep's thousands of
                 # partitions are not read again each time one of them is appended to).
-                read = read or _by_key(reads)
+                kept = kept or _by_key(reads)
                 chosen = list(dict.fromkeys(touched))
             else:
                 # Records under `min_bytes` were read: all again, within `max_bytes`.
-                chosen = list(dict.fromkeys([*read, *chosen, *touched]))
-                read = {}
+                chosen = list(dict.fromkeys([*kept, *chosen, *touched]))
+                kept = {}
 
     def _wanted(
         self,

@@ -19,13 +19,15 @@ from broker.protocol import ErrorCode
 SESSION_MS = 400
 
 
-def _service(tmp_path: Path) -> MetadataService:
+def _service(tmp_path: Path, extra: dict[str, str] | None = None) -> MetadataService:
+    """A single-voter node's metadata service on `tmp_path`, with `extra` settings."""
     config = BrokerConfig.from_properties(
         {
             "node.id": "1",
             "log.dirs": str(tmp_path),
             "broker.session.timeout.ms": str(SESSION_MS),
         }
+        | (extra or {})
     )
     return MetadataService(
         config,

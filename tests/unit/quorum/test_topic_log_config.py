@@ -4,34 +4,20 @@ cluster's dynamic settings."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 
-from broker.config import BrokerConfig
-from broker.kraft import MetadataService
 from broker.metadata import BROKER_RESOURCE, TOPIC_RESOURCE
+from tests.unit.quorum.test_brokers_service import _service
 
 pytestmark = pytest.mark.unit
 
 DAY_MS = 24 * 3600 * 1000
 
 
-def _service(tmp_path: Path) -> MetadataService:
-    config = BrokerConfig.from_properties(
-        {"node.id": "1", "log.dirs": str(tmp_path), "log.retention.hours": "48"}
-    )
-    return MetadataService(
-        config,
-        lambda: time.time_ns() // 1_000_000,
-        cluster_id="c1",
-        steady_clock=lambda: time.monotonic_ns() // 1_000_000,
-    )
-
-
 def test_a_topics_settings_follow_each_layer_of_the_chain(tmp_path: Path) -> None:
-    service = _service(tmp_path)
+    service = _service(tmp_path, {"log.retention.hours": "48"})
     configs = service.image.configs
     assert service.topic_log_config("t").retention_ms == 2 * DAY_MS
     assert service.topic_log_config("t") is service.topic_log_config("u")  # kept, shared

@@ -138,15 +138,23 @@ def _idle(fetchers: ReplicaFetchers, fetcher: _Fetcher) -> None:
     assert (_named(body), _forgotten(body)) == (set(), set())
 
 
-def test_a_change_nobody_told_of_is_found_by_the_sweep(
-    follower: tuple[ReplicaManager, LogManager],
-) -> None:
-    """A log that moves behind the replica manager's back (as the follower's own retention
-    would move its log start) reaches the leader's session within `SWEEP_S`, not before: the
-    rounds in between look at nothing."""
+InSession = tuple[ReplicaManager, ReplicaFetchers, _Fetcher]
+
+
+@pytest.fixture
+def in_session(follower: tuple[ReplicaManager, LogManager]) -> InSession:
+    """The follower's fetcher in session 77 with the leader, nothing moved since."""
     manager, _ = follower
     fetchers, fetcher = _fetchers(manager)
     _idle(fetchers, fetcher)
+    return manager, fetchers, fetcher
+
+
+def test_a_change_nobody_told_of_is_found_by_the_sweep(in_session: InSession) -> None:
+    """A log that moves behind the replica manager's back (as the follower's own retention
+    would move its log start) reaches the leader's session within `SWEEP_S`, not before: the
+    rounds in between look at nothing."""
+    manager, fetchers, fetcher = in_session
     manager.partitions[("t", 0)].log.append_as_follower(batch(3, epoch=0), now_ms=1_000)
     assert _named(_round(fetchers, fetcher, _answer(77))) == set()
 
@@ -156,26 +164,18 @@ def test_a_change_nobody_told_of_is_found_by_the_sweep(
     assert body.topics[0].partitions[0].fetch_offset == 3
 
 
-def test_a_new_leader_epoch_is_named_at_once(
-    follower: tuple[ReplicaManager, LogManager],
-) -> None:
-    manager, _ = follower
-    fetchers, fetcher = _fetchers(manager)
-    _idle(fetchers, fetcher)
+def test_a_new_leader_epoch_is_named_at_once(in_session: InSession) -> None:
+    manager, fetchers, fetcher = in_session
     manager.apply(PartitionChanged(TOPIC, 1, PartitionState((1, 2), (1, 2), 1, 4, 4)))
     body = _round(fetchers, fetcher, _answer(77))
     assert _named(body) == {1}
     assert body.topics[0].partitions[0].current_leader_epoch == 4
 
 
-def test_a_partition_led_here_now_is_forgotten(
-    follower: tuple[ReplicaManager, LogManager],
-) -> None:
+def test_a_partition_led_here_now_is_forgotten(in_session: InSession) -> None:
     """Led here, it is not followed any more: even before the fetchers hear who follows what
     (`update`), the next fetch stops asking for it, and an answer for it is not taken."""
-    manager, _ = follower
-    fetchers, fetcher = _fetchers(manager)
-    _idle(fetchers, fetcher)
+    manager, fetchers, fetcher = in_session
     manager.apply(PartitionChanged(TOPIC, 0, PartitionState((1, 2), (1, 2), 2, 1, 1)))
     request = fetchers._request(fetcher)
     assert request is not None
@@ -184,12 +184,8 @@ def test_a_partition_led_here_now_is_forgotten(
     assert [p.index for p in sent.values()] == [1]
 
 
-def test_a_held_partition_is_forgotten_then_asked_again(
-    follower: tuple[ReplicaManager, LogManager],
-) -> None:
-    manager, _ = follower
-    fetchers, fetcher = _fetchers(manager)
-    _idle(fetchers, fetcher)
+def test_a_held_partition_is_forgotten_then_asked_again(in_session: InSession) -> None:
+    manager, fetchers, fetcher = in_session
     fetchers._hold(fetcher, manager.partitions[("t", 1)])
     body = _round(fetchers, fetcher, _answer(77))
     assert (_named(body), _forgotten(body)) == (set(), {1})
@@ -222,15 +218,13 @@ def _refused(index: int, error: ErrorCode) -> Any:
 
 
 def test_a_partition_left_while_nothing_is_asked_is_forgotten_by_the_next_fetch(
-    follower: tuple[ReplicaManager, LogManager],
+    in_session: InSession,
 ) -> None:
     """t-1 is held back and t-0 moves to another leader: the round after asks nothing, and
     the fetch after the hold still tells the leader's session to forget t-0 (a partition it
     holds, which no one reads, would answer with an error on every fetch: no fetch would
     wait for data any more)."""
-    manager, _ = follower
-    fetchers, fetcher = _fetchers(manager)
-    _idle(fetchers, fetcher)
+    _, fetchers, fetcher = in_session
     request = fetchers._request(fetcher)
     assert request is not None
     fetchers._take(fetcher, request[1], _refused(1, ErrorCode.fenced_leader_epoch))
