@@ -186,15 +186,21 @@ class MetadataService:
         return self.driver.is_active
 
     async def propose(
-        self, decide: Callable[[QuorumController], tuple[Sequence[MetadataRecord], T]]
+        self,
+        decide: Callable[[QuorumController], tuple[Sequence[MetadataRecord], T]],
+        *,
+        atomic: bool = True,
     ) -> T:
-        """Raises `NotController` on a node that is not the active controller."""
+        """Raises `NotController` on a node that is not the active controller. `atomic`
+        records are committed and applied as one (an admin request's); a decision that others
+        may see in parts (leaders moved, ISRs changed: Kafka's non-atomic controller results)
+        is written in batches, so that every node applies it a batch at a time."""
         async with self._lock:
             if not self.driver.is_active:
                 raise NotController(self.driver.leader)
             records, result = decide(self.controller)
             if records:
-                await self.driver.propose([encode_record(r) for r in records])
+                await self.driver.propose([encode_record(r) for r in records], atomic=atomic)
             return result
 
     # -- the quorum's state machine ----------------------------------------------------------
@@ -312,7 +318,8 @@ class MetadataService:
                 unclean=self.unclean_allowed,
                 next_offset=next_offset,
                 min_isr=self.controller_min_isr,
-            )
+            ),
+            atomic=False,  # a controlled shutdown moves every leader the broker has
         )
 
     async def alter_isr(
@@ -327,7 +334,7 @@ class MetadataService:
             )
             return records, (error, answers)
 
-        return await self._propose_at(decide)
+        return await self._propose_at(decide, atomic=False)
 
     async def elect_leaders(
         self, election_type: int, wanted: list[tuple[str, list[int]]] | None
@@ -337,7 +344,7 @@ class MetadataService:
         def decide(_: QuorumController) -> tuple[Sequence[MetadataRecord], list[ElectionResult]]:
             return elect_leaders(self.image, election_type, wanted)
 
-        return await self.propose(decide)
+        return await self.propose(decide, atomic=False)
 
     async def unregister(self, broker_id: int) -> tuple[ErrorCode, str | None]:
         """An UnregisterBroker request, decided and committed here (the active controller)."""
@@ -350,7 +357,7 @@ class MetadataService:
             )
             return records, (error, message)
 
-        return await self.propose(decide)
+        return await self.propose(decide, atomic=False)
 
     async def allocate_producer_ids(
         self, broker_id: int, broker_epoch: int
@@ -394,7 +401,9 @@ class MetadataService:
         it has committed (as Kafka's, so that a broker behind the log never answers stale)."""
         return await self.propose(lambda _: ((), ongoing(self.image, wanted)))
 
-    async def _propose_at(self, decide: Callable[[int], tuple[Sequence[MetadataRecord], T]]) -> T:
+    async def _propose_at(
+        self, decide: Callable[[int], tuple[Sequence[MetadataRecord], T]], *, atomic: bool = True
+    ) -> T:
         """As `propose`, for records that name their own offset (a broker's epoch is the
         offset of its registration): `decide` is told where the first record will go."""
         async with self._lock:
@@ -403,7 +412,8 @@ class MetadataService:
             first = self.driver.end_offset
             records, result = decide(first)
             if records:
-                await self.driver.propose([encode_record(r) for r in records], first_offset=first)
+                payloads = [encode_record(r) for r in records]
+                await self.driver.propose(payloads, first_offset=first, atomic=atomic)
             return result
 
     def _on_leadership(self, active: bool) -> None:
@@ -435,7 +445,7 @@ class MetadataService:
             if not self.sessions.expired(self.image, self._steady()):
                 continue
             try:
-                await self.propose(self._fence_decision)
+                await self.propose(self._fence_decision, atomic=False)
             except NotController:
                 return
 
@@ -449,7 +459,7 @@ class MetadataService:
         while True:
             await asyncio.sleep(pause)
             try:
-                moved = await self.propose(self._rebalance_decision)
+                moved = await self.propose(self._rebalance_decision, atomic=False)
             except NotController:
                 return
             except Exception:
@@ -465,7 +475,7 @@ class MetadataService:
         while True:
             await asyncio.sleep(self.config.unclean_leader_election_interval_ms / 1000)
             try:
-                await self.propose(self._unclean_decision)
+                await self.propose(self._unclean_decision, atomic=False)
             except NotController:
                 return
             except Exception:

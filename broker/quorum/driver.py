@@ -34,6 +34,10 @@ and fetches while the state machine catches up. The applier works in slices of
 one proposal together, in one slice, so that nothing ever sees half of one (Kafka publishes
 its metadata image at batch boundaries too). A proposal is answered once its entries are
 applied; a leader is the active controller once it has applied every entry before its epoch.
+A decision that need not be seen whole (`atomic=False`: leaders moved off a broker, ISR
+changes, elections) is proposed as several proposals of about `NON_ATOMIC_BATCH_BYTES` each,
+as Kafka's controller writes non-atomic results in batches of at most 8 KiB: every node then
+applies ten thousand leader moves a few hundred at a time, serving others in between.
 
 Snapshots are the driver's policy: once `metadata.log.max.record.bytes.between.snapshots`
 bytes of records have been applied since the last one, the state machine gives its state as
@@ -49,7 +53,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -91,6 +95,9 @@ TICK_S = 0.05
 APPLY_SLICE_S = 0.005
 """How long the state machine applies committed entries before the event loop serves
 others."""
+NON_ATOMIC_BATCH_BYTES = 8 * 1024
+"""The most a proposal of a non-atomic decision holds (but at least one entry): Kafka's
+`KafkaRaftClient.MAX_BATCH_SIZE_BYTES`."""
 _REPLY_OF: dict[type, type] = {
     Vote: VoteReply,
     Fetch: FetchReply,
@@ -342,12 +349,16 @@ class QuorumDriver:
         """Where the next entry goes in this node's log."""
         return self._core_or_fail().log.end_offset
 
-    async def propose(self, payloads: Sequence[bytes], *, first_offset: int | None = None) -> int:
+    async def propose(
+        self, payloads: Sequence[bytes], *, first_offset: int | None = None, atomic: bool = True
+    ) -> int:
         """Append entries as the active controller; once committed and applied, the offset
         after the last. Raises `NotController` here or elsewhere, also when leadership is lost
-        before the entries commit (they may still commit: the outcome is unknown), and when
-        `first_offset` is given and the first entry would go elsewhere (entries that name
-        their own offset, as a broker registration does)."""
+        before the entries commit (they may still commit: the outcome is unknown, and without
+        `atomic` a part of them may), and when `first_offset` is given and the first entry
+        would go elsewhere (entries that name their own offset, as a broker registration
+        does). `atomic` entries are one proposal, committed and applied together; others go
+        in proposals of at most `NON_ATOMIC_BATCH_BYTES`."""
         if not self.is_active or self.failed is not None or self._stopping:
             raise NotController(self.leader)
         if not payloads:
@@ -364,11 +375,12 @@ class QuorumDriver:
                 done.set_exception(NotController(core.leader))
                 return
             try:
-                first = core.propose(payloads, now)
+                for part in (payloads,) if atomic else _batches(payloads):
+                    core.propose(part, now)
             except NotLeader as exc:
                 done.set_exception(NotController(exc.leader))
                 return
-            self._proposals.append(_Proposal(core.epoch, first + len(payloads) - 1, done))
+            self._proposals.append(_Proposal(core.epoch, core.log.end_offset - 1, done))
 
         self._submit(propose)
         return await done
@@ -804,3 +816,15 @@ def _answers(request: Message, reply: Message) -> bool:
     if isinstance(request, Vote) and isinstance(reply, VoteReply):
         return reply.pre_vote == request.pre_vote
     return False
+
+
+def _batches(payloads: Sequence[bytes]) -> Iterator[Sequence[bytes]]:
+    """`payloads` in runs of at most `NON_ATOMIC_BATCH_BYTES` (at least one each)."""
+    start, size = 0, 0
+    for end, payload in enumerate(payloads):
+        if size and size + len(payload) > NON_ATOMIC_BATCH_BYTES:
+            yield payloads[start:end]
+            start, size = end, 0
+        size += len(payload)
+    if start < len(payloads):
+        yield payloads[start:]
