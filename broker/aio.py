@@ -9,13 +9,15 @@ kept fetching into closed logs, and the process never exited (asyncio.run waited
 
 `report_slow_callbacks` is a diagnostic: it logs each turn of the event loop that held the
 loop longer than a threshold, with the task it ran and where that task stopped (asyncio's
-own debug mode does the same, but slows every coroutine down with its bookkeeping). The node
+own debug mode does the same, but slows every coroutine down with its bookkeeping), and each
+garbage collection that long (it stops the loop as well, wherever it happens to run). The node
 turns it on when `GREGOR_SLOW_CALLBACK_MS` is set.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import time
@@ -42,7 +44,8 @@ async def wait_for(awaitable: Awaitable[T], timeout: float | None) -> T:
 
 def report_slow_callbacks(threshold_ms: float) -> None:
     """From now on, log (WARNING) every event-loop callback of this process that runs for
-    `threshold_ms` or longer: the callback, or the task and the line it stopped at."""
+    `threshold_ms` or longer: the callback, or the task and the line it stopped at; and every
+    garbage collection that takes as long, with the objects left in its reach."""
     threshold = threshold_ms / 1000
     run = asyncio.events.Handle._run
 
@@ -54,6 +57,22 @@ def report_slow_callbacks(threshold_ms: float) -> None:
             log.warning("the event loop was held %.0f ms by %s", took * 1000, _describe(handle))
 
     asyncio.events.Handle._run = timed  # type: ignore[method-assign,assignment]
+    started: list[float] = []
+
+    def collection(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[:] = [time.perf_counter()]
+        elif started:
+            took = time.perf_counter() - started.pop()
+            if took >= threshold:
+                log.warning(
+                    "garbage collection of generation %d took %.0f ms (%d objects not frozen)",
+                    info["generation"],
+                    took * 1000,
+                    len(gc.get_objects()),
+                )
+
+    gc.callbacks.append(collection)
 
 
 def _describe(handle: asyncio.Handle) -> str:

@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import ctypes
 import ctypes.util
-import gc
 import logging
 import os
 import resource
@@ -33,6 +32,7 @@ from broker.aio import report_slow_callbacks
 from broker.config import BrokerConfig, InvalidConfig
 from broker.handlers import HANDLED_APIS
 from broker.handlers.api_versions import advertisement
+from broker.heap import HeapPolicy
 from broker.local import run_local_cluster
 from broker.node import Node, NodeError, new_cluster_id
 from broker.storage import StorageError
@@ -101,15 +101,6 @@ def _hand_the_gil_back_sooner() -> None:
     sys.setswitchinterval(SWITCH_INTERVAL_S)
 
 
-def _settle_the_heap() -> None:
-    """Once the node has started: collect its start-up garbage, then move every object still
-    alive (modules, the protocol's message classes, the recovered logs' bookkeeping: some
-    100 000 objects) out of the collector's reach. They live as long as the process; left in,
-    every full collection walked them all on the event loop, 10-25 ms each time."""
-    gc.collect()
-    gc.freeze()
-
-
 def _run_node(
     config: BrokerConfig,
     banner: str | None = None,
@@ -120,6 +111,8 @@ def _run_node(
     _raise_open_files_limit()
     _return_large_buffers_to_the_system()
     _hand_the_gil_back_sooner()
+    heap = HeapPolicy()
+    heap.install()
     slow_ms = os.environ.get("GREGOR_SLOW_CALLBACK_MS")
     if slow_ms:
         report_slow_callbacks(float(slow_ms))
@@ -127,7 +120,7 @@ def _run_node(
     async def main() -> None:
         node = Node(config, cluster_id=cluster_id, config_path=config_path)
         node.banner = banner
-        await node.run_until_signalled(started=_settle_the_heap)
+        await node.run_until_signalled(started=heap.settle)
 
     asyncio.run(main())
     return 0
