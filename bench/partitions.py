@@ -124,9 +124,14 @@ def _phase(name: str, timeline: Timeline, start: float, end: float, restarting: 
     def pct(q: float) -> float:
         return times[min(len(times) - 1, int(q * len(times)))] * 1000 if times else float("nan")
 
+    slowest = max(
+        ((rt, sent) for sent, rt in timeline.sends if start <= sent < end and rt is not None),
+        default=(0.0, start),
+    )
     return (
         f"{name}: {end - start:.1f} s, probe n={len(times)} failed={failed} "
-        f"p50={pct(0.5):.1f} ms p99={pct(0.99):.1f} ms max={pct(1.0):.1f} ms, "
+        f"p50={pct(0.5):.1f} ms p99={pct(0.99):.1f} ms max={pct(1.0):.1f} ms "
+        f"(sent at +{slowest[1] - start:.1f} s), "
         f"quorum epochs {epochs}, brokers missing from Metadata {missing}"
     )
 
@@ -212,11 +217,13 @@ def _run(cluster: ThreeNodes, partitions: int, restarts: bool) -> Iterator[str]:
                 code = cluster.stop(node)
                 stopped = time.monotonic() - start
                 cluster.restart(node, timeout=900)
+                serving = time.monotonic() - start
                 _wait_led(admin, PROBE, 1, 600)
                 _wait_listed(timeline, node, 600)
                 yield (
                     _phase(f"restart {node}", timeline, start, time.monotonic(), node)
-                    + f"; exit code {code} after {stopped:.1f} s"
+                    + f"; exit code {code} after {stopped:.1f} s, serving again at "
+                    f"+{serving:.1f} s"
                 )
     finally:
         timeline.stop.set()
