@@ -45,8 +45,13 @@ class ToolCluster:
     """Start broker `id` again; returns once it serves."""
 
 
-@pytest.fixture(params=["gregor", "kafka"])
-def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ToolCluster]:
+@pytest.fixture(scope="module", params=["gregor", "kafka"])
+def cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ToolCluster]:
+    """One cluster per system for the module (three nodes take 5 to 15 s to start): each test
+    works on topics of its own and leaves every broker running and registered."""
+    tmp_path = tmp_path_factory.mktemp(request.param)
     if request.param == "gregor":
         running = start_cluster(tmp_path, 3, 0, NO_REBALANCE)
 
