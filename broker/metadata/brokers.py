@@ -227,13 +227,16 @@ def heartbeat(
     fenced = broker.fenced
     if request.want_shut_down:
         sessions.end(request.broker_id)
+        # What is left to move, each time: a decision is written in parts, and a controller
+        # elected between two parts finds only some of it committed.
+        records.extend(move_off(image, {broker.broker_id}, unclean, min_isr))
         if not broker.in_controlled_shutdown or not broker.fenced:
-            records.append(
+            records.append(  # last: once it is committed, so is every move before it
                 BrokerRegistrationChangeRecord(
                     broker.broker_id, broker.epoch, fenced=FENCE, in_controlled_shutdown=1
                 )
             )
-            records.extend(move_off(image, {broker.broker_id}, unclean, min_isr))
+        if records:
             sessions.shutdown_offsets[broker.broker_id] = next_offset + len(records) - 1
         # A controller that became active since knows only that it is all committed.
         shutdown_offset = sessions.shutdown_offsets.setdefault(broker.broker_id, image.offset)
@@ -243,14 +246,17 @@ def heartbeat(
             should_shut_down=request.metadata_offset >= shutdown_offset,
         )
     sessions.touch(request.broker_id, now_ms)
+    # The broker's own record goes last (as Kafka writes them): a decision is written in
+    # parts, and until the last is committed the broker is as it was, so the same decision is
+    # taken again, for what is left, by whichever controller is active then.
     if request.want_fence:
         if not broker.fenced:
-            records.append(FenceBrokerRecord(broker.broker_id, broker.epoch))
             records.extend(move_off(image, {broker.broker_id}, unclean, min_isr))
+            records.append(FenceBrokerRecord(broker.broker_id, broker.epoch))
         fenced = True
     elif broker.fenced and caught_up and not broker.in_controlled_shutdown:
-        records.append(UnfenceBrokerRecord(broker.broker_id, broker.epoch))
         records.extend(elect_returning(image, broker.broker_id, unclean, min_isr))
+        records.append(UnfenceBrokerRecord(broker.broker_id, broker.epoch))
         fenced = False
     return records, HeartbeatAnswer(is_caught_up=caught_up, is_fenced=fenced)
 
@@ -292,9 +298,10 @@ def fence(
         for broker_id in broker_ids
         if broker_id in image.brokers and not image.brokers[broker_id].fenced
     ]
-    records: list[MetadataRecord] = [
-        FenceBrokerRecord(broker_id, image.brokers[broker_id].epoch) for broker_id in fencing
-    ]
-    if fencing:
-        records.extend(move_off(image, set(fencing), unclean, min_isr))
+    if not fencing:
+        return []
+    # The fences last: until they are committed the brokers are still expired and unfenced,
+    # so a controller that finds only the first parts committed fences them again.
+    records: list[MetadataRecord] = list(move_off(image, set(fencing), unclean, min_isr))
+    records += [FenceBrokerRecord(b, image.brokers[b].epoch) for b in fencing]
     return records

@@ -35,9 +35,11 @@ one proposal together, in one slice, so that nothing ever sees half of one (Kafk
 its metadata image at batch boundaries too). A proposal is answered once its entries are
 applied; a leader is the active controller once it has applied every entry before its epoch.
 A decision that need not be seen whole (`atomic=False`: leaders moved off a broker, ISR
-changes, elections) is proposed as several proposals of about `NON_ATOMIC_BATCH_BYTES` each,
-as Kafka's controller writes non-atomic results in batches of at most 8 KiB: every node then
-applies ten thousand leader moves a few hundred at a time, serving others in between.
+changes, elections) is proposed as several proposals of about `NON_ATOMIC_PROPOSAL_BYTES` each,
+so that every node applies ten thousand leader moves a hundred or so at a time, serving others
+in between. (Kafka's controller writes such a decision in one batch of up to 10,000 records,
+and its brokers apply it on a metadata thread of their own while their request handlers go
+on; here one event loop does both.)
 
 Snapshots are the driver's policy: once `metadata.log.max.record.bytes.between.snapshots`
 bytes of records have been applied since the last one, the state machine gives its state as
@@ -85,7 +87,14 @@ from .batches import read_snapshot, write_snapshot
 from .store import QuorumStore
 from .wire import error_of, message_from_request, reply_from_response, request_for, response_for
 
-__all__ = ["NotController", "QuorumDriver", "QuorumStatus", "StateMachine", "StateMachineFault"]
+__all__ = [
+    "NotController",
+    "QuorumDriver",
+    "QuorumStatus",
+    "StateMachine",
+    "StateMachineFault",
+    "proposal_parts",
+]
 
 log = logging.getLogger(__name__)
 
@@ -95,9 +104,10 @@ TICK_S = 0.05
 APPLY_SLICE_S = 0.005
 """How long the state machine applies committed entries before the event loop serves
 others."""
-NON_ATOMIC_BATCH_BYTES = 8 * 1024
-"""The most a proposal of a non-atomic decision holds (but at least one entry): Kafka's
-`KafkaRaftClient.MAX_BATCH_SIZE_BYTES`."""
+NON_ATOMIC_PROPOSAL_BYTES = 8 * 1024
+"""The most a proposal of a non-atomic decision holds (but at least one entry): about 140
+PartitionChangeRecords, 10 to 20 ms of the applier's time with the replica manager
+following them."""
 _REPLY_OF: dict[type, type] = {
     Vote: VoteReply,
     Fetch: FetchReply,
@@ -358,7 +368,7 @@ class QuorumDriver:
         `atomic` a part of them may), and when `first_offset` is given and the first entry
         would go elsewhere (entries that name their own offset, as a broker registration
         does). `atomic` entries are one proposal, committed and applied together; others go
-        in proposals of at most `NON_ATOMIC_BATCH_BYTES`."""
+        in proposals of at most `NON_ATOMIC_PROPOSAL_BYTES`."""
         if not self.is_active or self.failed is not None or self._stopping:
             raise NotController(self.leader)
         if not payloads:
@@ -375,8 +385,7 @@ class QuorumDriver:
                 done.set_exception(NotController(core.leader))
                 return
             try:
-                for part in (payloads,) if atomic else _batches(payloads):
-                    core.propose(part, now)
+                core.propose_parts((payloads,) if atomic else list(proposal_parts(payloads)), now)
             except NotLeader as exc:
                 done.set_exception(NotController(exc.leader))
                 return
@@ -818,11 +827,13 @@ def _answers(request: Message, reply: Message) -> bool:
     return False
 
 
-def _batches(payloads: Sequence[bytes]) -> Iterator[Sequence[bytes]]:
-    """`payloads` in runs of at most `NON_ATOMIC_BATCH_BYTES` (at least one each)."""
+def proposal_parts(
+    payloads: Sequence[bytes], most: int = NON_ATOMIC_PROPOSAL_BYTES
+) -> Iterator[Sequence[bytes]]:
+    """`payloads` in runs of at most `most` bytes (at least one entry each)."""
     start, size = 0, 0
     for end, payload in enumerate(payloads):
-        if size and size + len(payload) > NON_ATOMIC_BATCH_BYTES:
+        if size and size + len(payload) > most:
             yield payloads[start:end]
             start, size = end, 0
         size += len(payload)

@@ -346,3 +346,59 @@ def test_a_cleanly_stopped_broker_stays_registered_and_fenced_until_it_is_unregi
         ErrorCode.invalid_replica_assignment,
         "The manual partition assignment includes broker 3, but no such broker is registered.",
     )
+
+
+def _three_brokers_and_a_topic(partitions: int) -> tuple[Cluster, dict[int, int]]:
+    cluster = Cluster()
+    epochs = {broker_id: cluster.register_live(broker_id) for broker_id in (1, 2, 3)}
+    controller = QuorumController(cluster.image, num_partitions=partitions, replication_factor=3)
+    records, _ = controller.create_topics([TopicRequest("many")])
+    cluster.commit(records)
+    return cluster, epochs
+
+
+def _led_or_in_sync(cluster: Cluster, broker_id: int) -> int:
+    partitions = cluster.image.topics["many"].partitions.values()
+    return sum(1 for p in partitions if p.leader == broker_id or broker_id in p.isr)
+
+
+def test_a_controlled_shutdown_committed_in_part_is_finished_by_the_next_controller() -> None:
+    """The decision is written in parts (`atomic=False`); a controller elected after only the
+    first part committed moves what is left and lets the broker go only after that."""
+    cluster, epochs = _three_brokers_and_a_topic(60)
+    request = Heartbeat(1, epochs[1], cluster.next_offset - 1, want_shut_down=True)
+    records, _ = heartbeat(
+        cluster.image, cluster.sessions, request, now_ms=1, next_offset=cluster.next_offset
+    )
+    assert isinstance(records[-1], BrokerRegistrationChangeRecord)
+    cluster.commit(records[:20])  # the first part only; then the controller is gone
+    assert _led_or_in_sync(cluster, 1) == 40
+    assert not cluster.image.brokers[1].in_controlled_shutdown
+    cluster.sessions = BrokerSessions(SESSION_MS)  # the next controller's
+    caught_up = Heartbeat(1, epochs[1], cluster.next_offset - 1, want_shut_down=True)
+    records, answer = heartbeat(
+        cluster.image, cluster.sessions, caught_up, now_ms=2, next_offset=cluster.next_offset
+    )
+    assert not answer.should_shut_down
+    assert len(records) == 41
+    cluster.commit(records)
+    assert _led_or_in_sync(cluster, 1) == 0
+    broker = cluster.image.brokers[1]
+    assert (broker.fenced, broker.in_controlled_shutdown) == (True, True)
+    done = Heartbeat(1, epochs[1], cluster.next_offset - 1, want_shut_down=True)
+    records, answer = heartbeat(cluster.image, cluster.sessions, done, now_ms=3)
+    assert (records, answer.should_shut_down) == ([], True)
+
+
+def test_a_fence_committed_in_part_is_decided_again() -> None:
+    cluster, epochs = _three_brokers_and_a_topic(60)
+    records = fence(cluster.image, [2])
+    assert records[-1] == FenceBrokerRecord(2, epochs[2])
+    cluster.commit(records[:20])
+    assert [b.broker_id for b in cluster.image.live_brokers] == [1, 2, 3]
+    assert cluster.sessions.expired(cluster.image, SESSION_MS) == [1, 2, 3]  # still expired
+    records = fence(cluster.image, [2])
+    assert len(records) == 41
+    cluster.commit(records)
+    assert [b.broker_id for b in cluster.image.live_brokers] == [1, 3]
+    assert _led_or_in_sync(cluster, 2) == 0

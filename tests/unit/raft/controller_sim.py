@@ -63,6 +63,7 @@ from broker.metadata.records import (
     decode_record,
     encode_record,
 )
+from broker.quorum.driver import proposal_parts
 from broker.raft import Entry, RaftNode, Role, Snapshot
 
 from .sim import Simulation
@@ -210,6 +211,9 @@ class ControllerSimulation(Simulation):
         """The active controller's broker sessions and the epoch it started them in: its
         memory, never in the log."""
         super().__init__(seed, voters=voters, observers=observers, snapshot_every=10)
+        self.part_bytes = 64 + seed % 3 * 96
+        """A non-atomic decision's most bytes per proposal: small, so that the few partitions
+        here are split too (64: about one record each)."""
         self.racks = seed % 2 == 1
         self.processes = {broker_id: _Process(self._new_id()) for broker_id in BROKERS}
         self.decisions = 0
@@ -258,7 +262,7 @@ class ControllerSimulation(Simulation):
                 replay(image, at, entry.payload)
             except Exception as exc:
                 self._fail(f"node {node} applies the record committed at {at}: {exc!r}")
-        # A decision commits whole: the image is whole after every commit.
+        # Every commit leaves a consistent image (a decision written in parts, each part).
         problem = image_problem(image)
         if problem is not None:
             self._fail(f"node {node} commits to {offset + len(entries)}, where {problem}")
@@ -300,11 +304,15 @@ class ControllerSimulation(Simulation):
         first = node.log.end_offset
         self.decisions += 1
         expired = sessions.expired(image, self.now)
+        atomic = True
         try:
             if expired and self.rng.random() < 0.5:
                 records: Sequence[MetadataRecord] = fence(image, expired, _unclean(image))
+                atomic = False
             elif self.decisions % 2:
                 records = self._broker_turn(image, sessions, first)
+                # Heartbeats' decisions are written in parts, registrations whole.
+                atomic = bool(records) and isinstance(records[0], RegisterBrokerRecord)
             elif not image.topics:
                 records = self._create_topics(image, sessions)
             else:
@@ -314,7 +322,10 @@ class ControllerSimulation(Simulation):
         except Exception as exc:
             self._fail(f"node {node.id}'s controller fails to decide: {exc!r}")
         if records:
-            at = node.propose([encode_record(record) for record in records], self.now)
+            payloads = [encode_record(record) for record in records]
+            # As `QuorumDriver.propose(atomic=...)`: a part may commit without the next.
+            parts = (payloads,) if atomic else list(proposal_parts(payloads, self.part_bytes))
+            at = node.propose_parts(parts, self.now)
             if at != first:
                 self._fail(f"node {node.id} decided for offset {first}, proposed at {at}")
             self.carry_out(node)
