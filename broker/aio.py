@@ -45,7 +45,7 @@ async def wait_for(awaitable: Awaitable[T], timeout: float | None) -> T:
 def report_slow_callbacks(threshold_ms: float) -> None:
     """From now on, log (WARNING) every event-loop callback of this process that runs for
     `threshold_ms` or longer: the callback, or the task and the line it stopped at; and every
-    garbage collection that takes as long, with the objects left in its reach."""
+    garbage collection that takes as long."""
     threshold = threshold_ms / 1000
     run = asyncio.events.Handle._run
 
@@ -66,10 +66,12 @@ def report_slow_callbacks(threshold_ms: float) -> None:
             took = time.perf_counter() - started.pop()
             if took >= threshold:
                 log.warning(
-                    "garbage collection of generation %d took %.0f ms (%d objects not frozen)",
+                    "garbage collection of generation %d took %.0f ms (%d objects freed, %d "
+                    "frozen)",
                     info["generation"],
                     took * 1000,
-                    len(gc.get_objects()),
+                    info["collected"],
+                    gc.get_freeze_count(),
                 )
 
     gc.callbacks.append(collection)

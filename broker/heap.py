@@ -12,10 +12,12 @@ The policy (`HeapPolicy.install`), as Python servers with big heaps do:
 - **What has lived through a full collection is frozen** (`gc.freeze`): it is out of the
   collector's reach, so the next full collection walks only what was allocated since the
   last one. The node's working set is walked about once, not every few seconds.
-- **Every `rescan_s` (10 min) the frozen objects are put back** (`gc.unfreeze`), so the next
-  full collection walks them all once and frees the cycles among them that died meanwhile (a
-  deleted topic's partitions, a closed connection that had lived long): frozen garbage is not
-  lost, only freed later, and one full walk every ten minutes replaces dozens a minute.
+- **Every `rescan_s` (10 min), or once the frozen objects are twice as many as after the last
+  rescan, they are put back** (`gc.unfreeze`), so the next full collection walks them all once
+  and frees the cycles among them that died meanwhile (a deleted topic's partitions, a closed
+  connection that had lived through a collection): frozen garbage is not lost, only freed
+  later, one full walk every ten minutes replaces dozens a minute, and garbage that churns
+  faster (connections that come and go) is bounded by the live heap, not by the time.
 - **`settle`**, once the node serves: its start-up garbage is collected and what remains
   (modules, message classes, recovered logs) frozen at once.
 
@@ -37,7 +39,8 @@ RESCAN_S = 600.0
 
 
 class HeapPolicy:
-    """Freeze the survivors of each full collection; unfreeze every `rescan_s`."""
+    """Freeze the survivors of each full collection; unfreeze every `rescan_s`, or when the
+    frozen objects have doubled since the last time."""
 
     def __init__(
         self, *, rescan_s: float = RESCAN_S, clock: Callable[[], float] = time.monotonic
@@ -45,6 +48,8 @@ class HeapPolicy:
         self.rescan_s = rescan_s
         self._clock = clock
         self._unfrozen_at = clock()
+        self._frozen_after_rescan = 0
+        """How many objects the first freeze after the last rescan froze (0: none yet)."""
         self.rescans = 0
         """How many times the frozen objects were put back."""
 
@@ -64,9 +69,14 @@ class HeapPolicy:
         if phase != "stop" or info["generation"] != _OLDEST:
             return
         now = self._clock()
-        if now - self._unfrozen_at >= self.rescan_s:
+        frozen = gc.get_freeze_count()
+        grown = self._frozen_after_rescan and frozen >= 2 * self._frozen_after_rescan
+        if now - self._unfrozen_at >= self.rescan_s or grown:
             self._unfrozen_at = now
+            self._frozen_after_rescan = 0
             self.rescans += 1
             gc.unfreeze()  # the next full collection walks everything once
-        else:
-            gc.freeze()
+            return
+        gc.freeze()
+        if not self._frozen_after_rescan:
+            self._frozen_after_rescan = gc.get_freeze_count()
