@@ -126,7 +126,7 @@ def _watch(cluster: ThreeNodes, timeline: Timeline) -> None:
                     (time.monotonic(), frozenset(b.node_id for b in listed.brokers))
                 )
                 break
-            except OSError:
+            except Exception:  # a node stopping or electing: ask the next (never stop watching)
                 continue
 
 
