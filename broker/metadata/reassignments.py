@@ -159,10 +159,18 @@ def _assigned(
     removing: tuple[int, ...] = (),
 ) -> PartitionState:
     """`state` with these replicas and ISR (and a reassignment's `adding` and `removing`,
-    if any), its leader kept if it is still a replica."""
+    if any), its leader kept if it is still a replica, and its eligible leader replicas only
+    those still replicas and out of the ISR (as Kafka's PartitionChangeBuilder keeps them)."""
     leader = _leader(state.leader, replicas, isr, usable)
     return replace(
-        state, replicas=replicas, isr=isr, leader=leader, adding=adding, removing=removing
+        state,
+        replicas=replicas,
+        isr=isr,
+        leader=leader,
+        adding=adding,
+        removing=removing,
+        elr=tuple(r for r in state.elr if r in replicas and r not in isr),
+        last_known_elr=tuple(r for r in state.last_known_elr if r in replicas),
     )
 
 
@@ -232,6 +240,8 @@ def _record(
         replicas=None if new.replicas == old.replicas else new.replicas,
         adding_replicas=None if new.adding == old.adding else new.adding,
         removing_replicas=None if new.removing == old.removing else new.removing,
+        eligible_leader_replicas=None if new.elr == old.elr else new.elr,
+        last_known_elr=None if new.last_known_elr == old.last_known_elr else new.last_known_elr,
     )
 
 

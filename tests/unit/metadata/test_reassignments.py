@@ -10,7 +10,7 @@ import uuid
 from broker.metadata.elections import IsrChange, alter_isr
 from broker.metadata.image import MetadataImage, PartitionState
 from broker.metadata.reassignments import Reassignment, alter_reassignments, ongoing
-from broker.metadata.records import PartitionRecord, TopicRecord
+from broker.metadata.records import PartitionChangeRecord, PartitionRecord, TopicRecord
 from broker.protocol import ErrorCode
 from tests.unit.metadata.test_brokers import Cluster
 
@@ -217,3 +217,22 @@ def test_a_reassignment_to_a_stopped_broker_completes_once_it_is_back_in_sync() 
         2,
         False,
     )
+
+
+def test_replicas_reassigned_away_leave_the_eligible_leader_replicas() -> None:
+    """KIP-966: a replica taken out of a partition is no longer one of its eligible leaders
+    (an ELR naming a broker that is not a replica could elect it). Found by the controller
+    simulation, seed 731 of 1,500."""
+    cluster = _cluster()
+    shrunk = PartitionChangeRecord(
+        partition_id=0,
+        topic_id=TOPIC_ID,
+        isr=(1, 2),
+        eligible_leader_replicas=(3,),
+        last_known_elr=(3,),
+    )
+    cluster.commit([shrunk])
+    assert (_state(cluster).elr, _state(cluster).last_known_elr) == ((3,), (3,))
+    assert _reassign(cluster, Reassignment("t", 0, (1, 2))) == [(ErrorCode.none, None)]
+    done = _state(cluster)
+    assert (done.replicas, done.isr, done.elr, done.last_known_elr) == ((1, 2), (1, 2), (), ())
