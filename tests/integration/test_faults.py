@@ -39,7 +39,8 @@ ALLOWED: dict[str, dict[str, str]] = {
         "duplicated_across_epochs": (
             "the client's: librdkafka sends a record again under a new producer epoch when it "
             "cannot tell whether the first send was written (KIP-360), and idempotence holds "
-            "within one epoch only; the checker proves the epochs differ (Fetch by hand)"
+            "within one epoch only; the checker proves the epochs differ (Fetch by hand), and "
+            "test_idempotent_leader_change shows Kafka gives the answers that lead to it"
         ),
     },
     "kafka": {
