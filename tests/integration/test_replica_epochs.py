@@ -78,6 +78,15 @@ def _metadata(address: tuple[str, int]) -> Any:
     return call(address, ApiKey.METADATA, 12, fill(request_type(ApiKey.METADATA, 12), values))
 
 
+def _controller(address: tuple[str, int]) -> int:
+    """The active controller (the quorum's leader), as DescribeQuorum names it."""
+    values = {
+        "topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]
+    }
+    body = fill(request_type(ApiKey.DESCRIBE_QUORUM, 1), values)
+    return int(call(address, ApiKey.DESCRIBE_QUORUM, 1, body).topics[0].partitions[0].leader_id)
+
+
 def _in_sync(cluster: ThreeNodes) -> Any:
     """The topic's metadata once its partition has a leader and all three replicas in sync, as
     the leader itself sees it: a node's metadata can be ahead of the leader's, which then still
@@ -176,7 +185,11 @@ def test_a_replica_fetch_with_a_stale_epoch_does_not_move_the_high_watermark(
     partition = metadata.topics[0].partitions[0]
     brokers = {b.node_id: (b.host, b.port) for b in metadata.brokers}
     leader = brokers[partition.leader_id]
-    follower = next(r for r in partition.replica_nodes if r != partition.leader_id)
+    # Not the active controller, if it can be helped: a paused controller stalls what is
+    # forwarded to it, and the next one fences it once its session runs out.
+    controller = _controller(leader)
+    followers = [r for r in partition.replica_nodes if r != partition.leader_id]
+    follower = next((r for r in followers if r != controller), followers[0])
     topic_id = metadata.topics[0].topic_id
 
     end = _first_produce(leader, 3)
