@@ -12,16 +12,20 @@ The policy (`HeapPolicy.install`), as Python servers with big heaps do:
 - **What has lived through a full collection is frozen** (`gc.freeze`): it is out of the
   collector's reach, so the next full collection walks only what was allocated since the
   last one. The node's working set is walked about once, not every few seconds.
-- **Every `rescan_s` (10 min), or once the frozen objects are twice as many as after the last
-  rescan, they are put back** (`gc.unfreeze`), so the next full collection walks them all once
-  and frees the cycles among them that died meanwhile (a deleted topic's partitions, a closed
-  connection that had lived through a collection): frozen garbage is not lost, only freed
-  later, one full walk every ten minutes replaces dozens a minute, and garbage that churns
-  faster (connections that come and go) is bounded by the live heap, not by the time.
+- **Every `rescan_s` (10 min) the frozen objects are put back** (`gc.unfreeze`), so the next
+  full collection walks them all once and frees the cycles among them that died meanwhile (a
+  deleted topic's partitions, a closed connection that had lived long): frozen garbage is not
+  lost, only freed later, and one full walk every ten minutes replaces dozens a minute.
 - **`settle`**, once the node serves: its start-up garbage is collected and what remains
   (modules, message classes, recovered logs) frozen at once.
 
-Reference counting, which frees all garbage that is not a cycle, is untouched by this.
+Reference counting, which frees all garbage that is not a cycle, is untouched by this. What
+it costs: a cycle that lived through a full collection and then died (a closed connection's
+objects, a deleted topic's partitions) is freed up to `rescan_s` later. Rescanning sooner,
+once the frozen objects had doubled, was tried: with 10,000 partitions the heap doubles
+several times as they are created and as a restarted node loads them, and each rescan is a
+full walk of it; the slow collections came back (16 to 26 per node in a `bench.partitions`
+run, 3 to 5 s of each loop, against 1 or 2 and 0.1 to 0.3 s with the time alone).
 """
 
 from __future__ import annotations
@@ -39,8 +43,7 @@ RESCAN_S = 600.0
 
 
 class HeapPolicy:
-    """Freeze the survivors of each full collection; unfreeze every `rescan_s`, or when the
-    frozen objects have doubled since the last time."""
+    """Freeze the survivors of each full collection; unfreeze every `rescan_s`."""
 
     def __init__(
         self, *, rescan_s: float = RESCAN_S, clock: Callable[[], float] = time.monotonic
@@ -48,8 +51,6 @@ class HeapPolicy:
         self.rescan_s = rescan_s
         self._clock = clock
         self._unfrozen_at = clock()
-        self._frozen_after_rescan = 0
-        """How many objects the first freeze after the last rescan froze (0: none yet)."""
         self.rescans = 0
         """How many times the frozen objects were put back."""
 
@@ -69,14 +70,9 @@ class HeapPolicy:
         if phase != "stop" or info["generation"] != _OLDEST:
             return
         now = self._clock()
-        frozen = gc.get_freeze_count()
-        grown = self._frozen_after_rescan and frozen >= 2 * self._frozen_after_rescan
-        if now - self._unfrozen_at >= self.rescan_s or grown:
+        if now - self._unfrozen_at >= self.rescan_s:
             self._unfrozen_at = now
-            self._frozen_after_rescan = 0
             self.rescans += 1
             gc.unfreeze()  # the next full collection walks everything once
-            return
-        gc.freeze()
-        if not self._frozen_after_rescan:
-            self._frozen_after_rescan = gc.get_freeze_count()
+        else:
+            gc.freeze()
