@@ -32,7 +32,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from tests.support.clusters import KINDS, ThreeNodes, three_nodes
+from tests.support.clusters import ThreeNodes, shared_three_nodes
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -40,12 +40,7 @@ SETTINGS = {"auto.leader.rebalance.enable": "false"}
 """Leaders stay where failures and elections put them."""
 
 
-@pytest.fixture(scope="module", params=KINDS)
-def cluster(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ThreeNodes]:
-    with three_nodes(request.param, tmp_path_factory.mktemp(request.param), SETTINGS) as running:
-        yield running
+cluster = shared_three_nodes(SETTINGS)
 
 
 @pytest.fixture

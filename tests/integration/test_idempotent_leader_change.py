@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -37,7 +36,7 @@ from confluent_kafka.cimpl import NewTopic
 
 from broker.protocol import ApiKey, ErrorCode, request_type
 from broker.protocol.records import Record, build_batch
-from tests.support.clusters import KINDS, ThreeNodes, three_nodes
+from tests.support.clusters import ThreeNodes, active_controller, shared_three_nodes
 from tests.support.requests import fill
 from tests.support.wire import call, init_producer_id, now_ms, produce_values
 
@@ -52,12 +51,7 @@ SETTINGS = {
 TOPIC = "moved-under-a-producer"
 
 
-@pytest.fixture(scope="module", params=KINDS)
-def cluster(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ThreeNodes]:
-    with three_nodes(request.param, tmp_path_factory.mktemp(request.param), SETTINGS) as running:
-        yield running
+cluster = shared_three_nodes(SETTINGS)
 
 
 def _addresses(cluster: ThreeNodes) -> dict[int, tuple[str, int]]:
@@ -65,17 +59,6 @@ def _addresses(cluster: ThreeNodes) -> dict[int, tuple[str, int]]:
     host, port = cluster.bootstrap.split(",")[0].rsplit(":", 1)
     metadata = _metadata((host, int(port)))
     return {b.node_id: (b.host, b.port) for b in metadata.brokers}
-
-
-def _controller(address: tuple[str, int]) -> int:
-    """The active controller (the quorum's leader), as DescribeQuorum names it."""
-    values = {
-        "topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]
-    }
-    body = fill(request_type(ApiKey.DESCRIBE_QUORUM, 1), values)
-    partition = call(address, ApiKey.DESCRIBE_QUORUM, 1, body).topics[0].partitions[0]
-    assert partition.error_code == ErrorCode.none, partition
-    return int(partition.leader_id)
 
 
 def _metadata(address: tuple[str, int]) -> Any:
@@ -145,7 +128,7 @@ def test_a_batch_refused_as_its_leader_moves_puts_the_next_out_of_order(
     cluster: ThreeNodes,
 ) -> None:
     nodes = _addresses(cluster)
-    controller = _controller(nodes[1])
+    controller = active_controller(nodes[1])
     leader, follower = (n for n in (1, 2, 3) if n != controller)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     assignment = [[leader, follower, controller]]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -29,7 +29,7 @@ from confluent_kafka.cimpl import NewTopic
 from broker.protocol import ApiKey, ErrorCode, build, request_type
 from broker.protocol.messages import request_module
 from broker.protocol.records import Record, build_batch
-from tests.support.clusters import KINDS, ThreeNodes, three_nodes
+from tests.support.clusters import ThreeNodes, active_controller, shared_three_nodes
 from tests.support.requests import fill
 from tests.support.wire import call, now_ms, produce_values
 
@@ -45,12 +45,7 @@ TOPIC = "forged-fetches"
 MiB = 1 << 20
 
 
-@pytest.fixture(scope="module", params=KINDS)
-def cluster(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ThreeNodes]:
-    with three_nodes(request.param, tmp_path_factory.mktemp(request.param), SETTINGS) as running:
-        yield running
+cluster = shared_three_nodes(SETTINGS)
 
 
 def _wait(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
@@ -76,15 +71,6 @@ def _address(cluster: ThreeNodes) -> tuple[str, int]:
 def _metadata(address: tuple[str, int]) -> Any:
     values = {"topics": [{"name": TOPIC}], "allow_auto_topic_creation": False}
     return call(address, ApiKey.METADATA, 12, fill(request_type(ApiKey.METADATA, 12), values))
-
-
-def _controller(address: tuple[str, int]) -> int:
-    """The active controller (the quorum's leader), as DescribeQuorum names it."""
-    values = {
-        "topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]
-    }
-    body = fill(request_type(ApiKey.DESCRIBE_QUORUM, 1), values)
-    return int(call(address, ApiKey.DESCRIBE_QUORUM, 1, body).topics[0].partitions[0].leader_id)
 
 
 def _in_sync(cluster: ThreeNodes) -> Any:
@@ -187,7 +173,7 @@ def test_a_replica_fetch_with_a_stale_epoch_does_not_move_the_high_watermark(
     leader = brokers[partition.leader_id]
     # Not the active controller, if it can be helped: a paused controller stalls what is
     # forwarded to it, and the next one fences it once its session runs out.
-    controller = _controller(leader)
+    controller = active_controller(leader)
     followers = [r for r in partition.replica_nodes if r != partition.leader_id]
     follower = next((r for r in followers if r != controller), followers[0])
     topic_id = metadata.topics[0].topic_id

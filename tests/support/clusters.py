@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from broker.protocol import ApiKey, ErrorCode, request_type
 from broker.storage.meta_properties import read_meta_properties
 from tests.support.kafka_dist import (
     KafkaBroker,
@@ -31,6 +34,8 @@ from tests.support.nodes import (
     wait_for_brokers,
     wait_listening,
 )
+from tests.support.requests import fill
+from tests.support.wire import call
 
 __all__ = ["KINDS", "ThreeNodes", "three_nodes"]
 
@@ -148,3 +153,30 @@ def three_nodes(
             yield ThreeNodes(kind, ",".join(b.bootstrap for b in brokers), _kafka=brokers)
         finally:
             stop_kafka_cluster(brokers)
+
+
+def shared_three_nodes(settings: Mapping[str, str]) -> Any:
+    """A pytest fixture, module-scoped and run once per kind: three combined nodes with
+    `settings`, shared by the module's tests (three Kafka nodes take 15 s to start)."""
+
+    @pytest.fixture(scope="module", params=KINDS)
+    def cluster(
+        request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    ) -> Iterator[ThreeNodes]:
+        directory = tmp_path_factory.mktemp(request.param)
+        with three_nodes(request.param, directory, settings) as running:
+            yield running
+
+    return cluster
+
+
+def active_controller(address: tuple[str, int]) -> int:
+    """The active controller (the quorum's leader) as the node at `address` names it
+    (DescribeQuorum, which Kafka 4 serves on brokers too)."""
+    values = {
+        "topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]
+    }
+    body = fill(request_type(ApiKey.DESCRIBE_QUORUM, 1), values)
+    partition = call(address, ApiKey.DESCRIBE_QUORUM, 1, body).topics[0].partitions[0]
+    assert partition.error_code == ErrorCode.none, partition
+    return int(partition.leader_id)
