@@ -12,6 +12,7 @@ import contextlib
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,8 +62,16 @@ class ThreeNodes:
     def pause(self, node_id: int) -> None:
         """SIGSTOP: the node stays registered and in its ISRs until its session or
         `replica.lag.time.max.ms` runs out, but answers and fetches nothing (a long GC pause, a
-        stalled disk) until `resume`."""
-        self._process(node_id).send_signal(signal.SIGSTOP)
+        stalled disk) until `resume`. Returns once every thread of it has stopped: the signal
+        is delivered to each thread in turn, and on a busy machine a JVM's fetcher could
+        otherwise fetch once more after this returned."""
+        process = self._process(node_id)
+        process.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while not _all_stopped(process.pid):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"node {node_id} (pid {process.pid}) did not stop")
+            time.sleep(0.005)
 
     def resume(self, node_id: int) -> None:
         self._process(node_id).send_signal(signal.SIGCONT)
@@ -180,3 +189,16 @@ def active_controller(address: tuple[str, int]) -> int:
     partition = call(address, ApiKey.DESCRIBE_QUORUM, 1, body).topics[0].partitions[0]
     assert partition.error_code == ErrorCode.none, partition
     return int(partition.leader_id)
+
+
+def _all_stopped(pid: int) -> bool:
+    """Every thread of process `pid` is stopped (state T in /proc)."""
+    tasks = Path(f"/proc/{pid}/task")
+    for task in tasks.iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except FileNotFoundError:
+            continue  # the thread has just ended
+        if stat.rsplit(")", 1)[1].split()[0] != "T":
+            return False
+    return True
