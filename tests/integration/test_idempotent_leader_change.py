@@ -38,7 +38,7 @@ from broker.protocol import ApiKey, ErrorCode, request_type
 from broker.protocol.records import Record, build_batch
 from tests.support.clusters import ThreeNodes, active_controller, shared_three_nodes
 from tests.support.requests import fill
-from tests.support.wire import call, init_producer_id, now_ms, produce_values
+from tests.support.wire import call, init_producer_id, now_ms, produce_values, topic_metadata
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -57,19 +57,14 @@ cluster = shared_three_nodes(SETTINGS)
 def _addresses(cluster: ThreeNodes) -> dict[int, tuple[str, int]]:
     """Node id → address, as Metadata names them."""
     host, port = cluster.bootstrap.split(",")[0].rsplit(":", 1)
-    metadata = _metadata((host, int(port)))
+    metadata = topic_metadata((host, int(port)), TOPIC)
     return {b.node_id: (b.host, b.port) for b in metadata.brokers}
-
-
-def _metadata(address: tuple[str, int]) -> Any:
-    values = {"topics": [{"name": TOPIC}], "allow_auto_topic_creation": False}
-    return call(address, ApiKey.METADATA, 12, fill(request_type(ApiKey.METADATA, 12), values))
 
 
 def _leads(address: tuple[str, int], node: int, isr: set[int]) -> bool:
     """The node at `address` sees itself (`node`) leading with `isr` in sync."""
     try:
-        partitions = _metadata(address).topics[0].partitions
+        partitions = topic_metadata(address, TOPIC).topics[0].partitions
     except OSError:
         return False
     return any(p.leader_id == node and set(p.isr_nodes) == isr for p in partitions)
@@ -160,7 +155,7 @@ def test_a_batch_refused_as_its_leader_moves_puts_the_next_out_of_order(
         sender.join(60)
         assert waiting, "the waiting batch was not answered once its leader went"
         # (were it acknowledged, the partition as the controller sees it says who left the ISR)
-        seen = _metadata(nodes[controller]).topics[0].partitions
+        seen = topic_metadata(nodes[controller], TOPIC).topics[0].partitions
         assert waiting[0].error_code == ErrorCode.not_leader_or_follower, (waiting[0], seen)
     finally:
         cluster.resume(follower)

@@ -31,7 +31,7 @@ from broker.protocol.messages import request_module
 from broker.protocol.records import Record, build_batch
 from tests.support.clusters import ThreeNodes, active_controller, shared_three_nodes
 from tests.support.requests import fill
-from tests.support.wire import call, now_ms, produce_values
+from tests.support.wire import call, now_ms, produce_values, topic_metadata
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -68,21 +68,16 @@ def _address(cluster: ThreeNodes) -> tuple[str, int]:
     return host, int(port)
 
 
-def _metadata(address: tuple[str, int]) -> Any:
-    values = {"topics": [{"name": TOPIC}], "allow_auto_topic_creation": False}
-    return call(address, ApiKey.METADATA, 12, fill(request_type(ApiKey.METADATA, 12), values))
-
-
 def _in_sync(cluster: ThreeNodes) -> Any:
     """The topic's metadata once its partition has a leader and all three replicas in sync, as
     the leader itself sees it: a node's metadata can be ahead of the leader's, which then still
     refuses writes with NOT_LEADER_OR_FOLLOWER."""
-    metadata = _metadata(_address(cluster))
+    metadata = topic_metadata(_address(cluster), TOPIC)
     partition = metadata.topics[0].partitions[0]
     if partition.error_code != ErrorCode.none or sorted(partition.isr_nodes) != [1, 2, 3]:
         return None
     leader = next(b for b in metadata.brokers if b.node_id == partition.leader_id)
-    own = _metadata((leader.host, leader.port)).topics[0].partitions[0]
+    own = topic_metadata((leader.host, leader.port), TOPIC).topics[0].partitions[0]
     if own.leader_id != partition.leader_id or own.leader_epoch != partition.leader_epoch:
         return None
     return metadata
@@ -187,7 +182,7 @@ def test_a_replica_fetch_with_a_stale_epoch_does_not_move_the_high_watermark(
         time.sleep(1)  # the other follower has fetched the 2 records by now
         held = _latest(leader)
         # the paused follower holds it (the partition as the cluster sees it, should not)
-        assert held == 3, _metadata(leader).topics[0].partitions[0]
+        assert held == 3, topic_metadata(leader, TOPIC).topics[0].partitions[0]
 
         stale = _forged_fetch(leader, topic_id, follower, 0, end)
         assert stale.error_code == ErrorCode.not_leader_or_follower

@@ -198,3 +198,9 @@ def init_producer_id(
     response = call(address, ApiKey.INIT_PRODUCER_ID, 4, body)
     assert response.error_code == ErrorCode.none, response
     return int(response.producer_id), int(response.producer_epoch)
+
+
+def topic_metadata(address: tuple[str, int], topic: str) -> Any:
+    """Metadata v12 for `topic` (never creating it) as the node at `address` sees it."""
+    values = {"topics": [{"name": topic}], "allow_auto_topic_creation": False}
+    return call(address, ApiKey.METADATA, 12, fill(request_type(ApiKey.METADATA, 12), values))
