@@ -27,11 +27,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from broker import __version__, heap
+from broker import __version__
 from broker.aio import report_slow_callbacks
 from broker.config import BrokerConfig, InvalidConfig
 from broker.handlers import HANDLED_APIS
 from broker.handlers.api_versions import advertisement
+from broker.heap import HeapPolicy
 from broker.local import run_local_cluster
 from broker.node import Node, NodeError, new_cluster_id
 from broker.storage import StorageError
@@ -110,6 +111,8 @@ def _run_node(
     _raise_open_files_limit()
     _return_large_buffers_to_the_system()
     _hand_the_gil_back_sooner()
+    heap = HeapPolicy()
+    heap.install()
     slow_ms = os.environ.get("GREGOR_SLOW_CALLBACK_MS")
     if slow_ms:
         report_slow_callbacks(float(slow_ms))

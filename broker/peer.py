@@ -178,6 +178,7 @@ class PeerConnection:
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+            self._reader_task = None  # its CancelledError holds `_read`'s frame, and so this
 
 
 class ActiveControllerPeers:

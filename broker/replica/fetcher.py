@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -217,7 +218,7 @@ class ReplicaFetchers:
                 following.task = asyncio.get_running_loop().create_task(
                     self._run(following), name=f"replica-fetcher-{leader}"
                 )
-                following.task.add_done_callback(self._ended)
+                following.task.add_done_callback(functools.partial(self._ended, following))
                 moved.append(following)
             self._follow(following, keys)
         for following in moved:
@@ -247,16 +248,19 @@ class ReplicaFetchers:
             if fetcher.idle:
                 fetcher.changed.set()
 
-    def _ended(self, task: asyncio.Task[None]) -> None:
+    def _ended(self, fetcher: _Fetcher, task: asyncio.Task[None]) -> None:
         """A fetcher that died (it should not) is logged and forgotten, so that the next
         `update` starts another."""
+        # The task's exception (a CancelledError too) holds `_run`'s frame, and so the
+        # fetcher: letting go of the task makes that no cycle, and a stopped fetcher's state
+        # (an entry per partition it read) goes by reference counting.
+        fetcher.task = None
         if task.cancelled():
             return
         exc = task.exception()
-        for leader, fetcher in list(self._fetchers.items()):
-            if fetcher.task is task:
-                del self._fetchers[leader]
-                self._follow(fetcher, set())  # the next `update` starts another
+        if self._fetchers.get(fetcher.leader) is fetcher:
+            del self._fetchers[fetcher.leader]
+            self._follow(fetcher, set())  # the next `update` starts another
         if exc is not None:
             log.error("the replica fetcher stopped", exc_info=exc)
             if not self._closed:

@@ -133,6 +133,7 @@ class Connection(asyncio.BufferedProtocol):
         """Why reading is paused: "read-ahead", "memory", "buffer" (`_populate_ahead`)."""
         self._closing = False
         self._task: asyncio.Task[None] | None = None
+        self._done = asyncio.Event()
         self._sending: asyncio.Future[None] | None = None
         """The file region being sent, while one is."""
         self.busy = False
@@ -158,6 +159,7 @@ class Connection(asyncio.BufferedProtocol):
         self._ip = ip
         self._registry.add(self)
         self._task = asyncio.get_running_loop().create_task(self._serve())
+        self._task.add_done_callback(self._served)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         view = self._reader.receive_buffer()
@@ -203,6 +205,7 @@ class Connection(asyncio.BufferedProtocol):
                 self._receiving = None
         except MalformedInput as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
+            exc.__traceback__ = None  # the reader keeps it: no cycle through this frame
             self.abort()
             return
         if self._frames:
@@ -289,6 +292,15 @@ class Connection(asyncio.BufferedProtocol):
         self._paused.discard(reason)
         if not self._paused and self._transport is not None and not self._closing:
             self._transport.resume_reading()
+
+    def _served(self, task: asyncio.Task[None]) -> None:
+        # A task ended by an exception keeps it, and its traceback this connection (`_serve`'s
+        # frame): letting go of the task makes that no cycle, so the connection and all its
+        # request held (a parked Fetch's thousands of objects) go when the last reference does,
+        # rather than at the collector's next full walk.
+        if self._task is task:
+            self._task = None
+        self._done.set()
 
     def eof_received(self) -> bool | None:
         self._closing = True
@@ -456,4 +468,4 @@ class Connection(asyncio.BufferedProtocol):
 
     async def wait_closed(self) -> None:
         if self._task is not None:
-            await asyncio.gather(self._task, return_exceptions=True)
+            await self._done.wait()

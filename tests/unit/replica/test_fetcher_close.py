@@ -6,7 +6,9 @@ logs, and the process never exited (the fault-injection run's SIGTERM that hung)
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
+import weakref
 from pathlib import Path
 
 import pytest
@@ -82,3 +84,38 @@ async def _close_after_wakeup(tmp_path: Path, caplog: pytest.LogCaptureFixture, 
         for task in _fetcher_tasks():
             task.cancel()
         logs.shutdown(now_ms=2_000)
+
+
+def test_a_stopped_fetcher_is_freed_without_the_collector(tmp_path: Path) -> None:
+    """The partition's leader moves, so the fetcher from the old one stops. A node freezes
+    what lives through a full collection (broker/heap.py): were the stopped fetcher (with an
+    entry for each partition it read) in a cycle with its task, it would stay until the
+    frozen objects are put back, minutes later. Reference counting alone must free it."""
+
+    async def scenario() -> None:
+        follower, logs = _manager(tmp_path / "follower", 2)
+        follower.apply(PartitionChanged(TOPIC, 0, PartitionState((1, 2), (1, 2), 1, 0, 0)))
+        image = MetadataImage()
+        fetchers = ReplicaFetchers(
+            FetcherSettings(2, "cluster", "INTERNAL", backoff_ms=100), follower, lambda: image
+        )
+        try:
+            fetchers.update()
+            await asyncio.sleep(0.05)
+            # What only the fetcher holds (its own class has no weak references).
+            (old,) = [weakref.ref(f.changed) for f in fetchers._fetchers.values()]
+            follower.apply(PartitionChanged(TOPIC, 0, PartitionState((3, 2), (3, 2), 3, 1, 1)))
+            fetchers.update()
+            for _ in range(20):
+                await asyncio.sleep(0.01)
+            assert 3 in fetchers._fetchers, "no fetcher from the new leader"
+            assert old() is None, "the stopped fetcher is kept until the collector runs"
+        finally:
+            await fetchers.close()
+            logs.shutdown(now_ms=2_000)
+
+    gc.disable()
+    try:
+        asyncio.run(scenario())
+    finally:
+        gc.enable()

@@ -6,10 +6,12 @@ another client's request is answered between two of them; a large request is rea
 from __future__ import annotations
 
 import asyncio
+import gc
 import mmap
 import socket
 import struct
 import time
+import weakref
 from typing import Any
 
 import pytest
@@ -58,6 +60,51 @@ def test_a_parked_request_is_cancelled_when_its_client_goes_away(goes: str) -> N
             raise
 
     asyncio.run(wait_for(_busy_then_gone(long_poll, events, "cancelled", goes), 30))
+
+
+class _Held:
+    """What a parked request holds (a long-poll Fetch: its thousands of partitions)."""
+
+
+def test_a_parked_request_and_its_connection_are_freed_without_the_collector() -> None:
+    """A node freezes what lives through a full collection (broker/heap.py), so a dead cycle
+    among a parked request's objects stays until the frozen objects are put back, minutes
+    later: a connection whose client vanished must be freed by reference counting alone,
+    with everything its parked request held."""
+    freed: list[weakref.ref[Any]] = []
+
+    async def long_poll(context: RequestContext, request: Any) -> None:
+        held = _Held()
+        freed.append(weakref.ref(held))
+        with parked():
+            await asyncio.sleep(3600)
+
+    async def client_goes(goes: str) -> None:
+        server, registry, port = await _serve(long_poll)
+        async with server:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(api_versions_frame())
+            await writer.drain()
+            await wait_for(_until(lambda: len(freed) == 1), 5)
+            freed.append(weakref.ref(next(iter(registry))))
+            _vanish(writer, reset=goes == "resets")
+            del writer
+            await wait_for(_until(lambda: not registry), 5)
+            for _ in range(100):
+                await asyncio.sleep(0.01)  # the turns in which the loop lets go of them
+            kept = [type(ref()).__name__ for ref in freed if ref() is not None]
+            assert not kept, f"after the client {goes}, only the collector frees {kept}"
+        freed.clear()
+
+    async def scenario() -> None:
+        for goes in ("closes", "resets"):
+            await client_goes(goes)
+
+    gc.disable()
+    try:
+        asyncio.run(wait_for(scenario(), 30))
+    finally:
+        gc.enable()
 
 
 def test_work_in_progress_is_left_to_finish_when_its_client_goes_away() -> None:
