@@ -243,6 +243,9 @@ class QuorumDriver:
         """Told, once this node has resigned and stopped taking part, that the state machine
         failed on a committed entry."""
         self._was_active = False
+        self._role_seen: tuple[Role, int, int | None] | None = None
+        """The role, epoch and leader last logged (a change of any is logged, as Kafka logs
+        each transition of its quorum state)."""
         self._stopping = False
         self._refused_by: set[int] = set()
         """Peers that said this node is of another cluster (logged once each)."""
@@ -687,6 +690,16 @@ class QuorumDriver:
                 proposal.done.set_exception(NotController(core.leader))
 
     def _follow_role(self, core: RaftNode) -> None:
+        seen = (core.role, core.epoch, core.leader)
+        if seen != self._role_seen:
+            log.info(
+                "metadata quorum: node %d is %s in epoch %d (leader: %s)",
+                self.node_id,
+                core.role.value,
+                core.epoch,
+                "none" if core.leader is None else core.leader,
+            )
+            self._role_seen = seen
         leading = core.role is Role.LEADER
         # Active once the entries before its epoch are committed and applied here.
         start = core.epoch_start

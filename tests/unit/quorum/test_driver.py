@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -228,3 +229,21 @@ def test_a_non_atomic_decision_is_applied_a_batch_at_a_time(tmp_path: Path) -> N
     # No turn of the loop applied more than a batch of at most 8 KiB (143 of these 57-byte
     # entries) past its 5 ms slice.
     assert max(b - a for a, b in itertools.pairwise([0, *parts, 10_000])) <= 2 * (8192 // 57)
+
+
+def test_each_change_of_role_is_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """As Kafka logs each transition of its quorum state: what an operator reads to tell why
+    a quorum had no leader for a while (who campaigned, in which epoch, who won)."""
+
+    async def run() -> None:
+        driver = _driver(tmp_path, ALONE)
+        await driver.start()
+        await wait_for(driver.wait_caught_up(), 5)
+        await driver.resign()
+        await driver.stop()
+
+    with caplog.at_level(logging.INFO, logger="broker.quorum.driver"):
+        asyncio.run(run())
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("metadata quorum")]
+    assert "metadata quorum: node 1 is leader in epoch 1 (leader: 1)" in said, said
+    assert "metadata quorum: node 1 is resigned in epoch 1 (leader: 1)" in said, said
