@@ -173,6 +173,10 @@ class _Proposal:
 
 
 class QuorumDriver:
+    _role_seen: tuple[Role, int, int | None] | None = None
+    """The role, epoch and leader last logged (a change of any is logged, as Kafka logs each
+    transition of its quorum state)."""
+
     def __init__(
         self,
         node_id: int,
@@ -191,6 +195,7 @@ class QuorumDriver:
         `endpoint`: this node's controller listener (name, host, port), announced to the
         voters when it leads. `clock` (monotonic) times the quorum; `wall_clock` stamps the
         records written."""
+
         self.node_id = node_id
         self.voters = dict(voters)
         self._store = store
@@ -243,9 +248,6 @@ class QuorumDriver:
         """Told, once this node has resigned and stopped taking part, that the state machine
         failed on a committed entry."""
         self._was_active = False
-        self._role_seen: tuple[Role, int, int | None] | None = None
-        """The role, epoch and leader last logged (a change of any is logged, as Kafka logs
-        each transition of its quorum state)."""
         self._stopping = False
         self._refused_by: set[int] = set()
         """Peers that said this node is of another cluster (logged once each)."""
