@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 from typing import Any
 
 from broker.protocol import ApiKey, ErrorCode, ResponseBody, build, response_module
-from broker.server import RequestContext
+from broker.server import BUILT_OFF_LOOP_ENTRIES, BuiltOffLoop, RequestContext
 
 from .context import AUTHORIZED_OPERATIONS_OMITTED, CLUSTER_OPERATIONS, NO_THROTTLE, NodeState
 from .metadata import registered_brokers
@@ -61,63 +62,81 @@ class DescribeLogDirs:
     def __init__(self, state: NodeState) -> None:
         self._state = state
 
-    async def __call__(self, context: RequestContext, request: Any) -> ResponseBody:
+    async def __call__(self, context: RequestContext, request: Any) -> ResponseBody | BuiltOffLoop:
         schema = response_module(ApiKey.DESCRIBE_LOG_DIRS, context.header.api_version)
         logs = self._state.replicas.logs
         wanted: dict[str, set[int]] | None = None
         if request.topics is not None:
             wanted = {t.topic: set(t.partitions) for t in request.topics}
-        results = []
+        # Per log dir: None if offline, else its partitions' (topic, index, size) and its
+        # (total, usable) bytes, as they are now; the answer is built from these alone.
+        found: dict[Path, list[tuple[str, int, int]] | None] = {}
+        usage: dict[Path, tuple[int, int]] = {}
         for log_dir in logs.log_dirs:
             if log_dir in logs.offline_dirs:
-                results.append(
-                    build(
-                        schema.DescribeLogDirsResult,
-                        error_code=ErrorCode.kafka_storage_error,
-                        log_dir=str(log_dir),
-                        topics=(),
-                    )
-                )
+                found[log_dir] = None
                 continue
-            by_topic: dict[str, list[Any]] = {}
-            for (topic, index), log_ in logs:
-                if logs.log_dir_of(topic, index) != log_dir:
-                    continue
-                if wanted is not None and index not in wanted.get(topic, ()):
-                    continue
-                by_topic.setdefault(topic, []).append(
-                    build(
-                        schema.DescribeLogDirsPartition,
-                        partition_index=index,
-                        partition_size=log_.size_in_bytes,
-                        offset_lag=0,
-                        is_future_key=False,
-                    )
-                )
-            usage = os.statvfs(log_dir)
-            results.append(
-                build(
-                    schema.DescribeLogDirsResult,
-                    error_code=ErrorCode.none,
-                    log_dir=str(log_dir),
-                    topics=tuple(
-                        build(schema.DescribeLogDirsTopic, name=name, partitions=tuple(parts))
-                        for name, parts in sorted(by_topic.items())
-                    ),
-                    total_bytes=usage.f_blocks * usage.f_frsize,
-                    usable_bytes=usage.f_bavail * usage.f_frsize,
-                    # v5 (KIP-1066): a cordoned dir takes no new partitions; Gregor has no
-                    # `cordoned.log.dirs`, so none is.
-                    is_cordoned=False,
-                )
+            found[log_dir] = []
+            disk = os.statvfs(log_dir)
+            usage[log_dir] = (disk.f_blocks * disk.f_frsize, disk.f_bavail * disk.f_frsize)
+        for (topic, index), log_ in logs:
+            if wanted is not None and index not in wanted.get(topic, ()):
+                continue
+            hosted = found.get(logs.log_dir_of(topic, index))
+            if hosted is not None:
+                hosted.append((topic, index, log_.size_in_bytes))
+
+        def answer() -> ResponseBody:
+            response: ResponseBody = build(
+                schema.DescribeLogDirsResponse,
+                throttle_time=NO_THROTTLE,
+                error_code=ErrorCode.none,
+                results=tuple(
+                    _log_dir_result(schema, log_dir, hosted, usage.get(log_dir, (0, 0)))
+                    for log_dir, hosted in found.items()
+                ),
             )
-        response: ResponseBody = build(
-            schema.DescribeLogDirsResponse,
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.none,
-            results=tuple(results),
+            return response
+
+        entries = sum(len(hosted) for hosted in found.values() if hosted is not None)
+        return BuiltOffLoop(answer) if entries >= BUILT_OFF_LOOP_ENTRIES else answer()
+
+
+def _log_dir_result(
+    schema: Any, log_dir: Path, hosted: list[tuple[str, int, int]] | None, usage: tuple[int, int]
+) -> Any:
+    if hosted is None:
+        return build(
+            schema.DescribeLogDirsResult,
+            error_code=ErrorCode.kafka_storage_error,
+            log_dir=str(log_dir),
+            topics=(),
         )
-        return response
+    by_topic: dict[str, list[Any]] = {}
+    for topic, index, size in hosted:
+        by_topic.setdefault(topic, []).append(
+            build(
+                schema.DescribeLogDirsPartition,
+                partition_index=index,
+                partition_size=size,
+                offset_lag=0,
+                is_future_key=False,
+            )
+        )
+    return build(
+        schema.DescribeLogDirsResult,
+        error_code=ErrorCode.none,
+        log_dir=str(log_dir),
+        topics=tuple(
+            build(schema.DescribeLogDirsTopic, name=name, partitions=tuple(parts))
+            for name, parts in sorted(by_topic.items())
+        ),
+        total_bytes=usage[0],
+        usable_bytes=usage[1],
+        # v5 (KIP-1066): a cordoned dir takes no new partitions; Gregor has no
+        # `cordoned.log.dirs`, so none is.
+        is_cordoned=False,
+    )
 
 
 class DeleteRecords:

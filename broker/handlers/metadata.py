@@ -12,13 +12,14 @@ own cluster, so it is NONE here, as on a Kafka broker.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from broker.metadata import TopicRequest, TopicState
+from broker.metadata import PartitionState, TopicRequest, TopicState
 from broker.metadata.controller import validate_topic_name
 from broker.metadata.image import is_internal_topic
 from broker.protocol import ApiKey, ErrorCode, RequestBody, ResponseBody, build, response_module
-from broker.server import RequestContext
+from broker.server import BUILT_OFF_LOOP_ENTRIES, BuiltOffLoop, RequestContext
 
 from .context import (
     AUTHORIZED_OPERATIONS_OMITTED,
@@ -55,7 +56,7 @@ class Handler:
     def __init__(self, state: NodeState) -> None:
         self._state = state
 
-    async def __call__(self, context: RequestContext, request: Any) -> ResponseBody:
+    async def __call__(self, context: RequestContext, request: Any) -> ResponseBody | BuiltOffLoop:
         version = context.header.api_version
         schema = response_module(ApiKey.METADATA, version)
         state = self._state
@@ -70,11 +71,14 @@ class Handler:
             if getattr(request, "include_topic_authorized_operations", False)
             else AUTHORIZED_OPERATIONS_OMITTED
         )
+        # Each topic described as it is now: its partitions' states are immutable, so a copy of
+        # the list is all the answer needs, wherever it is built.
+        topics: list[_Described | Any] = []
         if requested is None or (version == 0 and not requested):
-            topics = [self._describe(schema, t, operations) for t in image.topics.values()]
+            topics = [_Described(t, tuple(t.partitions.items())) for t in image.topics.values()]
         else:
             await self._auto_create(request, version)
-            topics = []
+            image = state.metadata.image
             for wanted in requested:
                 name = getattr(wanted, "name", None)
                 topic = image.topics.get(name) if name is not None else None
@@ -82,7 +86,7 @@ class Handler:
                 if name is None and topic_id is not None:
                     topic = image.topics_by_id.get(topic_id)
                 if topic is not None:
-                    topics.append(self._describe(schema, topic, operations))
+                    topics.append(_Described(topic, tuple(topic.partitions.items())))
                     continue
                 error = ErrorCode.unknown_topic_or_partition
                 if name is None:
@@ -100,19 +104,31 @@ class Handler:
                         topic_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
                     )
                 )
-        response: ResponseBody = build(
-            schema.MetadataResponse,
-            throttle_time=NO_THROTTLE,
-            brokers=brokers,
-            cluster_id=state.cluster_id,
-            controller_id=state.controller_id,
-            topics=tuple(topics),
-            error_code=ErrorCode.none,
-            cluster_authorized_operations=CLUSTER_OPERATIONS
+        cluster_id, controller_id = state.cluster_id, state.controller_id
+        cluster_operations = (
+            CLUSTER_OPERATIONS
             if getattr(request, "include_cluster_authorized_operations", False)
-            else AUTHORIZED_OPERATIONS_OMITTED,
+            else AUTHORIZED_OPERATIONS_OMITTED
         )
-        return response
+
+        def answer() -> ResponseBody:
+            response: ResponseBody = build(
+                schema.MetadataResponse,
+                throttle_time=NO_THROTTLE,
+                brokers=brokers,
+                cluster_id=cluster_id,
+                controller_id=controller_id,
+                topics=tuple(
+                    _describe(schema, t, operations) if isinstance(t, _Described) else t
+                    for t in topics
+                ),
+                error_code=ErrorCode.none,
+                cluster_authorized_operations=cluster_operations,
+            )
+            return response
+
+        described = sum(len(t.partitions) for t in topics if isinstance(t, _Described))
+        return BuiltOffLoop(answer) if described >= BUILT_OFF_LOOP_ENTRIES else answer()
 
     async def _auto_create(self, request: Any, version: int) -> None:
         state = self._state
@@ -133,29 +149,39 @@ class Handler:
             # node has applied the creation; the client asks again, as with Kafka.
             await state.create_topics(missing)
 
-    def _describe(self, schema: Any, topic: TopicState, operations: int) -> Any:
-        partitions = tuple(
-            build(
-                schema.MetadataResponsePartition,
-                error_code=ErrorCode.none,
-                partition_index=index,
-                leader_id=p.leader,
-                leader_epoch=p.leader_epoch,
-                replica_nodes=p.replicas,
-                isr_nodes=p.isr,
-                offline_replicas=(),
-            )
-            for index, p in sorted(topic.partitions.items())
-        )
-        return build(
-            schema.MetadataResponseTopic,
+
+@dataclass(frozen=True, slots=True)
+class _Described:
+    """A topic to describe, with its partitions as they were when the request was handled."""
+
+    topic: TopicState
+    partitions: tuple[tuple[int, PartitionState], ...]
+
+
+def _describe(schema: Any, described: _Described, operations: int) -> Any:
+    topic = described.topic
+    partitions = tuple(
+        build(
+            schema.MetadataResponsePartition,
             error_code=ErrorCode.none,
-            name=topic.name,
-            topic_id=topic.topic_id,
-            is_internal=topic.internal,
-            partitions=partitions,
-            topic_authorized_operations=operations,
+            partition_index=index,
+            leader_id=p.leader,
+            leader_epoch=p.leader_epoch,
+            replica_nodes=p.replicas,
+            isr_nodes=p.isr,
+            offline_replicas=(),
         )
+        for index, p in sorted(described.partitions)
+    )
+    return build(
+        schema.MetadataResponseTopic,
+        error_code=ErrorCode.none,
+        name=topic.name,
+        topic_id=topic.topic_id,
+        is_internal=topic.internal,
+        partitions=partitions,
+        topic_authorized_operations=operations,
+    )
 
 
 def error_response(request: RequestBody, error: ErrorCode) -> ResponseBody:

@@ -6,6 +6,8 @@ order. What it must never do: interpret a request body; handlers do that.
 
 from .connection import parked
 from .dispatcher import (
+    BUILT_OFF_LOOP_ENTRIES,
+    BuiltOffLoop,
     CloseConnection,
     Dispatcher,
     ErrorResponder,
@@ -17,8 +19,10 @@ from .dispatcher import (
 from .server import BoundListener, BrokerServer
 
 __all__ = [
+    "BUILT_OFF_LOOP_ENTRIES",
     "BoundListener",
     "BrokerServer",
+    "BuiltOffLoop",
     "CloseConnection",
     "Dispatcher",
     "ErrorResponder",

@@ -49,6 +49,8 @@ class Timeline:
     quorum: list[tuple[float, int, int]] = field(default_factory=list)
     """(at, epoch, leader id)."""
     listed: list[tuple[float, frozenset[int]]] = field(default_factory=list)
+    probe_led: list[tuple[float, int, tuple[int, ...]]] = field(default_factory=list)
+    """(at, leader, ISR) of the probe's partition, as Metadata said."""
     stop: threading.Event = field(default_factory=threading.Event)
 
 
@@ -71,6 +73,9 @@ class Phase:
     """Brokers missing from Metadata in the phase, but the one restarting."""
     restarting: int = 0
     notes: str = ""
+    probe_led: tuple[tuple[float, int, tuple[int, ...]], ...] = ()
+    """The probe partition's leader and ISR when the phase began, then each change, with its
+    time from the phase's start (s)."""
 
     def percentile(self, q: float) -> float:
         """The probe's round trip at quantile `q`, in ms (nan if none)."""
@@ -83,7 +88,10 @@ class Phase:
             f"failed={self.failed} p50={self.percentile(0.5):.1f} ms "
             f"p99={self.percentile(0.99):.1f} ms max={self.percentile(1.0):.1f} ms "
             f"(sent at +{self.slowest_at:.1f} s), quorum epochs {list(self.epochs)}, "
-            f"brokers missing from Metadata {list(self.missing)}"
+            f"brokers missing from Metadata {list(self.missing)}, probe led by "
+            + ", then ".join(
+                f"{lead} {list(isr)} (+{at:.1f} s)" for at, lead, isr in self.probe_led
+            )
             + (f"; {self.notes}" if self.notes else "")
         )
 
@@ -110,7 +118,7 @@ def _watch(cluster: ThreeNodes, timeline: Timeline) -> None:
         request_type(ApiKey.DESCRIBE_QUORUM, 1),
         {"topics": [{"topic_name": "__cluster_metadata", "partitions": [{"partition_index": 0}]}]},
     )
-    metadata = fill(request_type(ApiKey.METADATA, 12), {"topics": []})
+    metadata = fill(request_type(ApiKey.METADATA, 12), {"topics": [{"name": PROBE}]})
     while not timeline.stop.wait(0.2):
         for address in cluster.bootstrap.split(","):
             host, port = address.rsplit(":", 1)
@@ -122,9 +130,13 @@ def _watch(cluster: ThreeNodes, timeline: Timeline) -> None:
                         (time.monotonic(), partition.leader_epoch, partition.leader_id)
                     )
                 listed = call((host, int(port)), ApiKey.METADATA, 12, metadata, timeout=2)
-                timeline.listed.append(
-                    (time.monotonic(), frozenset(b.node_id for b in listed.brokers))
-                )
+                at = time.monotonic()
+                timeline.listed.append((at, frozenset(b.node_id for b in listed.brokers)))
+                for partition in (p for t in listed.topics for p in t.partitions):
+                    if partition.error_code == ErrorCode.none:
+                        led = (partition.leader_id, tuple(sorted(partition.isr_nodes)))
+                        if not timeline.probe_led or timeline.probe_led[-1][1:] != led:
+                            timeline.probe_led.append((at, *led))
                 break
             except Exception:  # a node stopping or electing: ask the next (never stop watching)
                 continue
@@ -158,6 +170,15 @@ def _phase(
         ),
         restarting,
         notes,
+        tuple(
+            (max(0.0, at - start), leader, isr)
+            for i, (at, leader, isr) in enumerate(timeline.probe_led)
+            if start <= at < end
+            or (
+                at < start
+                and (i + 1 == len(timeline.probe_led) or timeline.probe_led[i + 1][0] >= start)
+            )
+        ),
     )
 
 
