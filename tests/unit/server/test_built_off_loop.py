@@ -25,7 +25,10 @@ from tests.support.wire import api_versions_frame
 def _answer() -> ResponseBody:
     schema = response_module(ApiKey.API_VERSIONS, 3)
     body: ResponseBody = build(
-        schema.ApiVersionsResponse, error_code=ErrorCode.none, api_keys=(), throttle_time=NO_THROTTLE
+        schema.ApiVersionsResponse,
+        error_code=ErrorCode.none,
+        api_keys=(),
+        throttle_time=NO_THROTTLE,
     )
     return body
 
@@ -77,7 +80,8 @@ def test_a_big_answer_is_built_on_a_thread_while_the_loop_serves_others() -> Non
             others_answered.set()
             answered = await wait_for(big, 15)
             assert answered.error_code == ErrorCode.none
-        assert built_on and built_on[0] != threading.get_ident()
+        assert built_on
+        assert built_on[0] != threading.get_ident(), "built on the event loop's thread"
 
     asyncio.run(wait_for(scenario(), 30))
 
