@@ -131,6 +131,10 @@ class FetchSession:
     that returned records goes behind the others (`served`)."""
     _turn: int = 0
     woken: asyncio.Event = field(default_factory=asyncio.Event)
+    dormant: bool = False
+    """Unused for `EVICTION_MS`: it keeps its place in the cache, as in Kafka, but is told of
+    nothing (`doze`): a session its client abandoned would otherwise be told of every change
+    to its partitions for as long as the cache keeps it."""
 
     def add(self, key: SessionKey, held: SessionPartition) -> None:
         """A partition joins: read at the next fetch, and watched under its name (a topic id
@@ -162,6 +166,22 @@ class FetchSession:
         for watched in self.watched:
             self.registry.unwatch(watched, self)
         self.watched.clear()
+
+    def doze(self) -> None:
+        """Told of nothing until used again (`wake`)."""
+        for watched in self.watched:
+            self.registry.unwatch(watched, self)
+        self.touched_keys.clear()
+        self.dormant = True
+
+    def wake(self) -> None:
+        """Used again: told of its partitions' changes from now on. What changed meanwhile is
+        read all the same: its last sweep was `EVICTION_MS` ago at least, so this fetch reads
+        every partition (`SWEEP_MS`)."""
+        if self.dormant:
+            self.dormant = False
+            for watched in self.watched:
+                self.registry.watch(watched, self)
 
     def take_touched(self) -> list[SessionKey]:
         """The partitions touched since the last call."""
@@ -209,6 +229,8 @@ class FetchSessionCache:
         self._sessions: OrderedDict[int, FetchSession] = OrderedDict()
         """Least recently used first."""
         self._random = random.Random(seed)
+        self._next_doze_ms = 0
+        """When to look again for sessions unused for `EVICTION_MS` (`_doze_unused`)."""
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -218,6 +240,8 @@ class FetchSessionCache:
         if session is not None:
             session.last_used_ms = now_ms
             self._sessions.move_to_end(session_id)
+            session.wake()
+        self._doze_unused(now_ms)
         return session
 
     def remove(self, session_id: int) -> None:
@@ -231,6 +255,7 @@ class FetchSessionCache:
         """A new session of `partitions`, or None when the cache has no room for it."""
         if self._slots <= 0:
             return None
+        self._doze_unused(now_ms)
         if replica_id >= 0:
             # A broker fetches from this leader through one session: a new one (it restarted,
             # reconnected or lost its session) replaces the one it had, which nothing will
@@ -251,6 +276,18 @@ class FetchSessionCache:
             session.add(_key(partition), partition)
         self._sessions[session_id] = session
         return session
+
+    def _doze_unused(self, now_ms: int) -> None:
+        """Sessions unused for `EVICTION_MS` doze, least recently used first (once a second at
+        most: the dormant ones stay at the front)."""
+        if now_ms < self._next_doze_ms:
+            return
+        self._next_doze_ms = now_ms + 1_000
+        for session in self._sessions.values():
+            if session.last_used_ms + EVICTION_MS > now_ms:
+                break
+            if not session.dormant:
+                session.doze()
 
     def _evict(self, privileged: bool, size: int, now_ms: int) -> bool:
         oldest = next(iter(self._sessions.values()))

@@ -257,6 +257,34 @@ def test_a_full_cache_evicts_as_kafka_does() -> None:
     assert len(cache) == 2
 
 
+def test_a_session_unused_for_two_minutes_is_told_of_nothing_until_used_again(
+    leader: SessionLeader,
+) -> None:
+    """A consumer that went away leaves its session in the cache (Kafka keeps it until a new
+    one needs its slot): it must not be told of every append meanwhile. Used again, it reads
+    what it missed."""
+    clock = [0]
+    handler: Any = leader.handler
+    handler._steady = lambda: clock[0]
+    gone = leader.session_fetch(-1, 0, 0, {0: 3, 1: 0})
+    assert set(leader.replicas._watchers) == {("t", 0), ("t", 1)}
+    clock[0] = EVICTION_MS + 1
+    other = leader.session_fetch(-1, 0, 0, {1: 0})  # any fetch looks at the unused ones
+    assert other.error_code == ErrorCode.none
+    assert set(leader.replicas._watchers) == {("t", 1)}, "the unused session is still told"
+    assert all(len(w) == 1 for w in leader.replicas._watchers.values())
+    leader.replicas.append("t", 0, batch(2), acks=1)
+    for follower in (2, 3):  # committed: a consumer may read them
+        leader.replicas.follower_fetched(leader.partition, follower, 5)
+    clock[0] += 10
+    back = leader.session_fetch(-1, gone.session_id, 1, {})
+    assert back.error_code == ErrorCode.none
+    answered = _answered(back)
+    assert answered[0][2] > 0, "the records appended while the session slept were not read"
+    assert set(leader.replicas._watchers) == {("t", 0), ("t", 1)}
+    assert len(leader.replicas._watchers[("t", 1)]) == 2
+
+
 def test_no_slots_means_no_sessions(tmp_path: Path) -> None:
     leader = SessionLeader(tmp_path)
     try:
