@@ -12,12 +12,13 @@ own cluster, so it is NONE here, as on a Kafka broker.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from broker.metadata import PartitionState, TopicRequest, TopicState
 from broker.metadata.controller import validate_topic_name
-from broker.metadata.image import is_internal_topic
+from broker.metadata.image import BrokerState, is_internal_topic
 from broker.protocol import ApiKey, ErrorCode, RequestBody, ResponseBody, build, response_module
 from broker.server import BUILT_OFF_LOOP_ENTRIES, BuiltOffLoop, RequestContext
 
@@ -28,6 +29,7 @@ from .context import (
     TOPIC_OPERATIONS,
     NodeState,
 )
+from .topic_partitions import NO_LEADER, offline_replicas
 
 __all__ = ["Handler", "error_response", "live_brokers", "registered_brokers"]
 
@@ -105,6 +107,7 @@ class Handler:
                     )
                 )
         cluster_id, controller_id = state.cluster_id, state.controller_id
+        asked = _Asked(schema, operations, dict(image.brokers), context.listener, version)
         cluster_operations = (
             CLUSTER_OPERATIONS
             if getattr(request, "include_cluster_authorized_operations", False)
@@ -119,8 +122,7 @@ class Handler:
                 cluster_id=cluster_id,
                 controller_id=controller_id,
                 topics=tuple(
-                    _describe(schema, t, operations) if isinstance(t, _Described) else t
-                    for t in topics
+                    _describe(t, asked) if isinstance(t, _Described) else t for t in topics
                 ),
                 error_code=ErrorCode.none,
                 cluster_authorized_operations=cluster_operations,
@@ -151,6 +153,18 @@ class Handler:
 
 
 @dataclass(frozen=True, slots=True)
+class _Asked:
+    """What a Metadata request's topics are described with, taken when it was handled."""
+
+    schema: Any
+    operations: int
+    brokers: Mapping[int, BrokerState]
+    """The registered brokers (their states are immutable: a copy of the mapping will do)."""
+    listener: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
 class _Described:
     """A topic to describe, with its partitions as they were when the request was handled."""
 
@@ -158,29 +172,62 @@ class _Described:
     partitions: tuple[tuple[int, PartitionState], ...]
 
 
-def _describe(schema: Any, described: _Described, operations: int) -> Any:
+def _describe(described: _Described, asked: _Asked) -> Any:
+    """A topic as Kafka's metadata cache describes it to a client on `listener`: a leader that
+    is not registered (or none, -1) is LEADER_NOT_AVAILABLE, one registered without that
+    listener LISTENER_NOT_FOUND (LEADER_NOT_AVAILABLE before v6), either with no leader id;
+    replicas on brokers not registered, fenced or without the listener are offline. Replicas
+    and ISR are as the image has them, but at v0 (Kafka's `errorUnavailableEndpoints`), where
+    only the replicas a client can reach are listed, and REPLICA_NOT_AVAILABLE says some are
+    missing."""
+    schema, brokers, listener, version = asked.schema, asked.brokers, asked.listener, asked.version
     topic = described.topic
-    partitions = tuple(
-        build(
-            schema.MetadataResponsePartition,
-            error_code=ErrorCode.none,
-            partition_index=index,
-            leader_id=p.leader,
-            leader_epoch=p.leader_epoch,
-            replica_nodes=p.replicas,
-            isr_nodes=p.isr,
-            offline_replicas=(),
+    partitions = []
+    for index, p in sorted(described.partitions):
+        error = ErrorCode.none
+        leader = p.leader
+        replicas, isr = p.replicas, p.isr
+        if version == 0:
+            replicas = _reachable(brokers, replicas, listener)
+            isr = _reachable(brokers, isr, listener)
+        registered = brokers.get(leader)
+        if registered is None:
+            error, leader = ErrorCode.leader_not_available, NO_LEADER
+        elif listener not in registered.endpoints:
+            error = ErrorCode.listener_not_found if version >= 6 else ErrorCode.leader_not_available
+            leader = NO_LEADER
+        elif len(replicas) < len(p.replicas) or len(isr) < len(p.isr):
+            error = ErrorCode.replica_not_available
+        partitions.append(
+            build(
+                schema.MetadataResponsePartition,
+                error_code=error,
+                partition_index=index,
+                leader_id=leader,
+                leader_epoch=p.leader_epoch,
+                replica_nodes=replicas,
+                isr_nodes=isr,
+                offline_replicas=offline_replicas(brokers, p, listener),
+            )
         )
-        for index, p in sorted(described.partitions)
-    )
     return build(
         schema.MetadataResponseTopic,
         error_code=ErrorCode.none,
         name=topic.name,
         topic_id=topic.topic_id,
         is_internal=topic.internal,
-        partitions=partitions,
-        topic_authorized_operations=operations,
+        partitions=tuple(partitions),
+        topic_authorized_operations=asked.operations,
+    )
+
+
+def _reachable(
+    brokers: Mapping[int, BrokerState], replicas: tuple[int, ...], listener: str
+) -> tuple[int, ...]:
+    return tuple(
+        r
+        for r in replicas
+        if (b := brokers.get(r)) is not None and not b.fenced and listener in b.endpoints
     )
 
 

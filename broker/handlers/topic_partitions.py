@@ -23,10 +23,17 @@ The rules are Kafka's (`DescribeTopicPartitionsRequestHandler` and its metadata 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from broker.metadata.controller import validate_topic_name
-from broker.metadata.image import MetadataImage, PartitionState, TopicState, is_internal_topic
+from broker.metadata.image import (
+    BrokerState,
+    MetadataImage,
+    PartitionState,
+    TopicState,
+    is_internal_topic,
+)
 from broker.protocol import ApiKey, ErrorCode, ResponseBody, build, response_module
 from broker.server import RequestContext
 
@@ -143,17 +150,19 @@ def _partition(
         isr_nodes=state.isr,
         eligible_leader_replicas=state.elr,
         last_known_elr=state.last_known_elr,
-        offline_replicas=offline_replicas(image, state, listener),
+        offline_replicas=offline_replicas(image.brokers, state, listener),
     )
 
 
-def offline_replicas(image: MetadataImage, state: PartitionState, listener: str) -> tuple[int, ...]:
+def offline_replicas(
+    brokers: Mapping[int, BrokerState], state: PartitionState, listener: str
+) -> tuple[int, ...]:
     """Replicas on brokers that are not registered, are fenced, or lack the client's listener
     (Kafka's `getOfflineReplicas`; Kafka also counts a replica in an offline log dir, which the
     image does not know)."""
     offline = []
     for replica in state.replicas:
-        broker = image.brokers.get(replica)
+        broker = brokers.get(replica)
         if broker is None or broker.fenced or listener not in broker.endpoints:
             offline.append(replica)
     return tuple(offline)
