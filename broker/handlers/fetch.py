@@ -109,9 +109,18 @@ class Handler:
         if session is None:
             reads = await self._read_sessionless(request, names, replica_id, deadline)
         else:
-            reads = await self._read_session(
-                session, named, request, version=version, replica_id=replica_id, deadline=deadline
-            )
+            session.fetching += 1
+            try:
+                reads = await self._read_session(
+                    session,
+                    named,
+                    request,
+                    version=version,
+                    replica_id=replica_id,
+                    deadline=deadline,
+                )
+            finally:
+                session.fetching -= 1
             # No await from the read to here: every slice is pinned before the log can change.
             reads = self._told(session, reads, named is not None)
         return FetchResponse(

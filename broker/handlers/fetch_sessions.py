@@ -131,6 +131,9 @@ class FetchSession:
     that returned records goes behind the others (`served`)."""
     _turn: int = 0
     woken: asyncio.Event = field(default_factory=asyncio.Event)
+    fetching: int = 0
+    """Fetches of this session being answered (one may wait up to its `max_wait`): a session
+    in use never dozes, however long ago its fetch began."""
     dormant: bool = False
     """Unused for `EVICTION_MS`: it keeps its place in the cache, as in Kafka, but is told of
     nothing (`doze`): a session its client abandoned would otherwise be told of every change
@@ -286,7 +289,7 @@ class FetchSessionCache:
         for session in self._sessions.values():
             if session.last_used_ms + EVICTION_MS > now_ms:
                 break
-            if not session.dormant:
+            if not session.dormant and not session.fetching:
                 session.doze()
 
     def _evict(self, privileged: bool, size: int, now_ms: int) -> bool:

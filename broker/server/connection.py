@@ -301,6 +301,11 @@ class Connection(asyncio.BufferedProtocol):
         if self._task is task:
             self._task = None
         self._done.set()
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            # A bug of ours (every request's failure is answered by the dispatcher): the
+            # connection cannot go on, and left open it would hold its client waiting.
+            log.error("serving the connection from %s failed: closing it", self.peer, exc_info=exc)
+            self.abort()
 
     def eof_received(self) -> bool | None:
         self._closing = True

@@ -228,14 +228,8 @@ class Dispatcher:
         body: Body | None = None
         try:
             handled = await self._handle(handler, context, request)
-            if isinstance(handled, BuiltOffLoop):
-                body, encoded = await self._build_off_loop(context, request, handled)
-                return encoded
-            body = handled
-            if off_loop:
-                loop = asyncio.get_running_loop()
-                return await loop.run_in_executor(_codec, _encode, request.header, body)
-            return _encode(request.header, body)
+            body, encoded = await self._encoded(context, request, handled, off_loop=off_loop)
+            return encoded
         finally:
             if self.observer is not None:
                 self.observer(request, body, time.perf_counter_ns() - started)
@@ -270,24 +264,31 @@ class Dispatcher:
                 )
             return self._error_body(request, exc)
 
-    async def _build_off_loop(
-        self, context: RequestContext, request: Request, answer: BuiltOffLoop
-    ) -> tuple[Body, Frame | None]:
-        """The answer built and encoded on a codec thread; if building it failed, the API's
-        error response."""
-        loop = asyncio.get_running_loop()
+    async def _encoded(
+        self, context: RequestContext, request: Request, answer: Answer | None, *, off_loop: bool
+    ) -> tuple[Body | None, Frame | None]:
+        """The answer encoded (built first, if `BuiltOffLoop`), on a codec thread if it is built
+        there or the request was large; if building or encoding it failed (a bug of ours), the
+        API's error response, so that the client is answered and the connection goes on."""
+        header = request.header
         try:
-            return await loop.run_in_executor(_codec, _build_and_encode, request.header, answer)
+            if isinstance(answer, BuiltOffLoop):
+                loop = asyncio.get_running_loop()
+                return await loop.run_in_executor(_codec, _build_and_encode, header, answer)
+            if off_loop:
+                loop = asyncio.get_running_loop()
+                return answer, await loop.run_in_executor(_codec, _encode, header, answer)
+            return answer, _encode(header, answer)
         except Exception as exc:
             log.exception(
-                "building the answer failed for %s v%d from %s (client %r)",
+                "building or encoding the answer failed for %s v%d from %s (client %r)",
                 type(request.body).__name__,
-                request.header.api_version,
+                header.api_version,
                 context.client_address,
-                request.header.client_id,
+                header.client_id,
             )
             body = self._error_body(request, exc)
-            return body, _encode(request.header, body)
+            return body, _encode(header, body)
 
     async def _checked_forward(
         self, context: RequestContext, request: Request, frame: bytes

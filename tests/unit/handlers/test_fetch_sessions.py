@@ -285,6 +285,28 @@ def test_a_session_unused_for_two_minutes_is_told_of_nothing_until_used_again(
     assert len(leader.replicas._watchers[("t", 1)]) == 2
 
 
+def test_a_session_whose_fetch_is_waiting_does_not_doze(leader: SessionLeader) -> None:
+    """A fetch may wait as long as its client asks (librdkafka allows 5 minutes): begun more
+    than two minutes before another client's fetch, it is still in use, and an append must
+    still wake it."""
+    clock = [0]
+    handler: Any = leader.handler
+    handler._steady = lambda: clock[0]
+    full = leader.session_fetch(2, 0, 0, {0: 3, 1: 0})
+    leader.session_fetch(2, full.session_id, 1, {})
+
+    def much_later() -> None:
+        clock[0] = EVICTION_MS + 1
+        assert handler._sessions.create(-1, _partitions(1), now_ms=clock[0]) is not None
+        leader.replicas.append("t", 1, batch(2), acks=1)
+
+    answer = leader.session_fetch(2, full.session_id, 2, {}, while_parked=much_later)
+    assert _answered(answer)[1][2] > 0, "the waiting fetch was not woken by the append"
+    session = handler._sessions.get(full.session_id, clock[0])
+    assert session is not None
+    assert not session.dormant
+
+
 def test_no_slots_means_no_sessions(tmp_path: Path) -> None:
     leader = SessionLeader(tmp_path)
     try:

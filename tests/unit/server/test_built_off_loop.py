@@ -1,7 +1,7 @@
 """A handler whose answer is big (Metadata or DescribeLogDirs of thousands of partitions)
 returns `BuiltOffLoop`: the answer is built and encoded on a codec thread while the event loop
-serves everyone else, over a real loopback socket; if building it fails, the client gets the
-API's error response, as for a handler that failed."""
+serves everyone else, over a real loopback socket; if building it fails, or encoding any
+answer does, the client gets the API's error response, as for a handler that failed."""
 
 from __future__ import annotations
 
@@ -104,5 +104,30 @@ def test_a_big_answer_that_fails_to_build_is_the_apis_error_response(
 
     with caplog.at_level(logging.ERROR, logger="broker.server.dispatcher"):
         asyncio.run(wait_for(scenario(), 30))
-    assert "building the answer failed for ApiVersionsRequest v3" in caplog.text
+    assert "building or encoding the answer failed for ApiVersionsRequest v3" in caplog.text
     assert "a bug in building" in caplog.text
+
+
+def test_an_answer_that_cannot_be_encoded_is_the_apis_error_response(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Encoding on the loop fails as building off it may: the client is answered the API's
+    error response, and the connection goes on."""
+
+    async def handler(context: RequestContext, request: Any) -> ResponseBody:
+        schema = response_module(ApiKey.API_VERSIONS, 3)
+        body: ResponseBody = build(
+            schema.ApiVersionsResponse, error_code=ErrorCode.none, api_keys=(), throttle_time=0
+        )
+        return body  # an int where the codec wants a duration: a bug of ours
+
+    async def scenario() -> None:
+        dispatcher = Dispatcher({ApiKey.API_VERSIONS: handler}, fallback=error_response)
+        server, port = await _serve(dispatcher)
+        async with server:
+            answered = await wait_for(_call(port, "any"), 5)
+            assert answered.error_code == ErrorCode.unknown_server_error
+
+    with caplog.at_level(logging.ERROR, logger="broker.server.dispatcher"):
+        asyncio.run(wait_for(scenario(), 30))
+    assert "building or encoding the answer failed for ApiVersionsRequest v3" in caplog.text

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import mmap
 import socket
 import struct
@@ -105,6 +106,39 @@ def test_a_parked_request_and_its_connection_are_freed_without_the_collector() -
         asyncio.run(wait_for(scenario(), 30))
     finally:
         gc.enable()
+
+
+class _BrokenDispatcher:
+    """A fake, for a failure the real dispatcher never lets through (it answers every
+    handler's, builder's and encoder's failure with the API's error response): serving the
+    connection itself fails."""
+
+    async def dispatch(self, frame: Any, listener: str, peer: str) -> None:
+        raise RuntimeError("a bug in serving")
+
+
+def test_a_connection_whose_serving_fails_is_closed_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def scenario() -> None:
+        registry: set[Connection] = set()
+        broken: Any = _BrokenDispatcher()
+        server = await asyncio.get_running_loop().create_server(
+            lambda: Connection(broken, "PLAINTEXT", 1 << 20, registry), "127.0.0.1", 0
+        )
+        async with server:
+            port = server.sockets[0].getsockname()[1]
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(api_versions_frame())
+            await writer.drain()
+            assert await wait_for(reader.read(), 5) == b"", "the connection was left open"
+            await wait_for(_until(lambda: not registry), 5)
+            writer.close()
+
+    with caplog.at_level(logging.ERROR, logger="broker.server.connection"):
+        asyncio.run(wait_for(scenario(), 30))
+    assert "serving the connection from 127.0.0.1" in caplog.text
+    assert "a bug in serving" in caplog.text
 
 
 def test_work_in_progress_is_left_to_finish_when_its_client_goes_away() -> None:
