@@ -178,7 +178,8 @@ class PeerConnection:
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-            self._reader_task = None  # its CancelledError holds `_read`'s frame, and so this
+            # Its CancelledError holds `_read`'s frame, which holds this connection: let go.
+            self._reader_task = None
 
 
 class ActiveControllerPeers:

@@ -20,7 +20,9 @@ When it is full, a new session takes the place of the least recently used one if
 used for 2 minutes, or else of the smallest consumer session if the new one is a follower's
 or larger (Kafka's eviction rule); otherwise the fetch is answered without a session (id 0),
 and the client goes on with full fetches. A follower's new session replaces the one it had
-(one replica fetcher per leader).
+(one replica fetcher per leader). A session unused for 2 minutes, with no fetch of it
+waiting, keeps its slot but dozes: it is told of nothing until its next fetch, which reads
+all its partitions (`FetchSession.doze`).
 """
 
 from __future__ import annotations

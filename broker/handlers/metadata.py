@@ -18,6 +18,7 @@ from typing import Any
 
 from broker.metadata import PartitionState, TopicRequest, TopicState
 from broker.metadata.controller import validate_topic_name
+from broker.metadata.elections import NO_LEADER
 from broker.metadata.image import BrokerState, is_internal_topic
 from broker.protocol import ApiKey, ErrorCode, RequestBody, ResponseBody, build, response_module
 from broker.server import BUILT_OFF_LOOP_ENTRIES, BuiltOffLoop, RequestContext
@@ -29,9 +30,8 @@ from .context import (
     TOPIC_OPERATIONS,
     NodeState,
 )
-from .topic_partitions import NO_LEADER, offline_replicas
 
-__all__ = ["Handler", "error_response", "live_brokers", "registered_brokers"]
+__all__ = ["Handler", "error_response", "live_brokers", "offline_replicas", "registered_brokers"]
 
 
 def live_brokers(state: NodeState, listener: str) -> list[tuple[int, str, int, str | None]]:
@@ -188,8 +188,8 @@ def _describe(described: _Described, asked: _Asked) -> Any:
         leader = p.leader
         replicas, isr = p.replicas, p.isr
         if version == 0:
-            replicas = _reachable(brokers, replicas, listener)
-            isr = _reachable(brokers, isr, listener)
+            replicas = _reachable_only(brokers, replicas, listener)
+            isr = _reachable_only(brokers, isr, listener)
         registered = brokers.get(leader)
         if registered is None:
             error, leader = ErrorCode.leader_not_available, NO_LEADER
@@ -221,14 +221,24 @@ def _describe(described: _Described, asked: _Asked) -> Any:
     )
 
 
-def _reachable(
+def offline_replicas(
+    brokers: Mapping[int, BrokerState], state: PartitionState, listener: str
+) -> tuple[int, ...]:
+    """Replicas on brokers that are not registered, are fenced, or lack the client's listener
+    (Kafka's `getOfflineReplicas`; Kafka also counts a replica in an offline log dir, which the
+    image does not know). DescribeTopicPartitions lists them too."""
+    return tuple(r for r in state.replicas if not _reachable(brokers.get(r), listener))
+
+
+def _reachable_only(
     brokers: Mapping[int, BrokerState], replicas: tuple[int, ...], listener: str
 ) -> tuple[int, ...]:
-    return tuple(
-        r
-        for r in replicas
-        if (b := brokers.get(r)) is not None and not b.fenced and listener in b.endpoints
-    )
+    return tuple(r for r in replicas if _reachable(brokers.get(r), listener))
+
+
+def _reachable(broker: BrokerState | None, listener: str) -> bool:
+    """A client on `listener` can reach the replica on `broker`."""
+    return broker is not None and not broker.fenced and listener in broker.endpoints
 
 
 def error_response(request: RequestBody, error: ErrorCode) -> ResponseBody:

@@ -23,28 +23,22 @@ The rules are Kafka's (`DescribeTopicPartitionsRequestHandler` and its metadata 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from broker.metadata.controller import validate_topic_name
-from broker.metadata.image import (
-    BrokerState,
-    MetadataImage,
-    PartitionState,
-    TopicState,
-    is_internal_topic,
-)
+from broker.metadata.elections import NO_LEADER
+from broker.metadata.image import MetadataImage, PartitionState, TopicState, is_internal_topic
 from broker.protocol import ApiKey, ErrorCode, ResponseBody, build, response_module
 from broker.server import RequestContext
 
 from .context import NO_THROTTLE, TOPIC_OPERATIONS, NodeState
+from .metadata import offline_replicas
 
 __all__ = ["MAX_REQUEST_PARTITION_SIZE_LIMIT", "DescribeTopicPartitions"]
 
 MAX_REQUEST_PARTITION_SIZE_LIMIT = 2000
 """Kafka's `max.request.partition.size.limit` (read-only, default 2000): the most partitions
 one answer holds, whatever the client asks for."""
-NO_LEADER = -1
 
 
 class DescribeTopicPartitions:
@@ -152,20 +146,6 @@ def _partition(
         last_known_elr=state.last_known_elr,
         offline_replicas=offline_replicas(image.brokers, state, listener),
     )
-
-
-def offline_replicas(
-    brokers: Mapping[int, BrokerState], state: PartitionState, listener: str
-) -> tuple[int, ...]:
-    """Replicas on brokers that are not registered, are fenced, or lack the client's listener
-    (Kafka's `getOfflineReplicas`; Kafka also counts a replica in an offline log dir, which the
-    image does not know)."""
-    offline = []
-    for replica in state.replicas:
-        broker = brokers.get(replica)
-        if broker is None or broker.fenced or listener not in broker.endpoints:
-            offline.append(replica)
-    return tuple(offline)
 
 
 def _missing(schema: Any, name: str) -> Any:

@@ -195,7 +195,6 @@ class QuorumDriver:
         `endpoint`: this node's controller listener (name, host, port), announced to the
         voters when it leads. `clock` (monotonic) times the quorum; `wall_clock` stamps the
         records written."""
-
         self.node_id = node_id
         self.voters = dict(voters)
         self._store = store

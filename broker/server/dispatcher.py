@@ -104,8 +104,9 @@ class BuiltOffLoop:
 
 
 BUILT_OFF_LOOP_ENTRIES = 1000
-"""How many entries (partitions, say) an answer has before its handler builds it off the loop:
-fewer take a millisecond or two, less than the hop to a thread and back."""
+"""How many entries (partitions, say) an answer has before its handler builds it off the loop.
+Metadata of one topic took 10 ms to build and encode at 1,000 partitions, 100 ms at 10,000
+(quiet machine, 2026-11-27); smaller answers stay on the loop, without the hop to a thread."""
 
 
 Body = ResponseBody | FetchResponse

@@ -133,7 +133,8 @@ def _watch(cluster: ThreeNodes, timeline: Timeline) -> None:
                 at = time.monotonic()
                 timeline.listed.append((at, frozenset(b.node_id for b in listed.brokers)))
                 for partition in (p for t in listed.topics for p in t.partitions):
-                    if partition.error_code == ErrorCode.none:
+                    # Leaderless is a state too (LEADER_NOT_AVAILABLE, leader -1).
+                    if partition.error_code in (ErrorCode.none, ErrorCode.leader_not_available):
                         led = (partition.leader_id, tuple(sorted(partition.isr_nodes)))
                         if not timeline.probe_led or timeline.probe_led[-1][1:] != led:
                             timeline.probe_led.append((at, *led))
@@ -170,16 +171,18 @@ def _phase(
         ),
         restarting,
         notes,
-        tuple(
-            (max(0.0, at - start), leader, isr)
-            for i, (at, leader, isr) in enumerate(timeline.probe_led)
-            if start <= at < end
-            or (
-                at < start
-                and (i + 1 == len(timeline.probe_led) or timeline.probe_led[i + 1][0] >= start)
-            )
-        ),
+        _probe_led(timeline, start, end),
     )
+
+
+def _probe_led(
+    timeline: Timeline, start: float, end: float
+) -> tuple[tuple[float, int, tuple[int, ...]], ...]:
+    """The probe partition's state when the phase began, then each change in it, timed from
+    its start."""
+    before = [seen for seen in timeline.probe_led if seen[0] < start][-1:]
+    during = [seen for seen in timeline.probe_led if start <= seen[0] < end]
+    return tuple((max(0.0, at - start), leader, isr) for at, leader, isr in before + during)
 
 
 def _wait_led(admin: AdminClient, topic: str, partitions: int, timeout: float) -> None:

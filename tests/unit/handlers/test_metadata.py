@@ -17,7 +17,7 @@ import pytest
 from broker.handlers.context import NodeState
 from broker.handlers.metadata import Handler
 from broker.metadata import MetadataImage, PartitionState
-from broker.metadata.image import BrokerState, TopicState
+from broker.metadata.image import TopicState
 from broker.protocol import ApiKey, ErrorCode, RequestHeader, request_type
 from broker.protocol.messages import (
     decode_request_body,
@@ -27,19 +27,13 @@ from broker.protocol.messages import (
 )
 from broker.server import BUILT_OFF_LOOP_ENTRIES, BuiltOffLoop, RequestContext
 from tests.support.requests import fill
-
-LISTENER = "PLAINTEXT"
+from tests.unit.handlers.test_topic_partitions import LISTENER, brokers_some_unreachable
 
 
 def _image() -> MetadataImage:
     """Brokers 1 and 2 live, 3 fenced, 4 registered without the client's listener, 5 not
-    registered."""
-    image = MetadataImage()
-    for broker_id, fenced, listener in ((1, False, LISTENER), (2, False, LISTENER),
-                                        (3, True, LISTENER), (4, False, "OTHER")):  # fmt: skip
-        image.brokers[broker_id] = BrokerState(
-            broker_id, 1, {listener: ("localhost", 9090 + broker_id)}, None, fenced
-        )
+    registered (`brokers_some_unreachable`)."""
+    image = brokers_some_unreachable()
     topics = {
         "a": {
             0: PartitionState((1, 2, 3), (1, 2, 3), 1, 4, 7),

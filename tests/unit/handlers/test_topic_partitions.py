@@ -31,15 +31,22 @@ ZERO = None
 """The zero topic id, as the codec reads it."""
 
 
-def _image() -> MetadataImage:
-    """Brokers 1 and 2 live, 3 fenced, 4 registered without the client's listener, 5 not
-    registered. Topic "a" has 3 partitions, "b" 2, "c" 1; a-1 has an ELR, a-2 lost its ISR."""
+def brokers_some_unreachable() -> MetadataImage:
+    """An image of brokers 1 and 2 live, 3 fenced, 4 registered without the client's listener
+    (5 is not registered)."""
     image = MetadataImage()
     for broker_id, fenced, listener in ((1, False, LISTENER), (2, False, LISTENER),
                                         (3, True, LISTENER), (4, False, "OTHER")):  # fmt: skip
         image.brokers[broker_id] = BrokerState(
             broker_id, 1, {listener: ("localhost", 9090 + broker_id)}, None, fenced
         )
+    return image
+
+
+def _image() -> MetadataImage:
+    """`brokers_some_unreachable`, and topic "a" of 3 partitions, "b" 2, "c" 1; a-1 has an
+    ELR, a-2 lost its ISR."""
+    image = brokers_some_unreachable()
     topics = {
         "a": {
             0: PartitionState((1, 2, 3), (1, 2), 1, 4, 7),

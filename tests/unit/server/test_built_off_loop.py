@@ -52,6 +52,21 @@ async def _call(port: int, client_id: str) -> Any:
         writer.close()
 
 
+def _answered_with_error(handler: Any, caplog: pytest.LogCaptureFixture) -> ErrorCode:
+    """The error code ApiVersions is answered with when `handler` serves it, behind a
+    dispatcher that answers failures with each API's error response; errors are captured."""
+
+    async def scenario() -> ErrorCode:
+        dispatcher = Dispatcher({ApiKey.API_VERSIONS: handler}, fallback=error_response)
+        server, port = await _serve(dispatcher)
+        async with server:
+            answered = await wait_for(_call(port, "any"), 5)
+        return ErrorCode(answered.error_code)
+
+    with caplog.at_level(logging.ERROR, logger="broker.server.dispatcher"):
+        return asyncio.run(wait_for(scenario(), 30))
+
+
 def test_a_big_answer_is_built_on_a_thread_while_the_loop_serves_others() -> None:
     """The big answer's build waits until another client has been answered: built on the
     event loop, it would hold the loop, the other client would never be answered, and the
@@ -95,15 +110,7 @@ def test_a_big_answer_that_fails_to_build_is_the_apis_error_response(
     async def handler(context: RequestContext, request: Any) -> BuiltOffLoop:
         return BuiltOffLoop(broken)
 
-    async def scenario() -> None:
-        dispatcher = Dispatcher({ApiKey.API_VERSIONS: handler}, fallback=error_response)
-        server, port = await _serve(dispatcher)
-        async with server:
-            answered = await wait_for(_call(port, "big"), 5)
-            assert answered.error_code == ErrorCode.unknown_server_error
-
-    with caplog.at_level(logging.ERROR, logger="broker.server.dispatcher"):
-        asyncio.run(wait_for(scenario(), 30))
+    assert _answered_with_error(handler, caplog) == ErrorCode.unknown_server_error
     assert "building or encoding the answer failed for ApiVersionsRequest v3" in caplog.text
     assert "a bug in building" in caplog.text
 
@@ -121,13 +128,5 @@ def test_an_answer_that_cannot_be_encoded_is_the_apis_error_response(
         )
         return body  # an int where the codec wants a duration: a bug of ours
 
-    async def scenario() -> None:
-        dispatcher = Dispatcher({ApiKey.API_VERSIONS: handler}, fallback=error_response)
-        server, port = await _serve(dispatcher)
-        async with server:
-            answered = await wait_for(_call(port, "any"), 5)
-            assert answered.error_code == ErrorCode.unknown_server_error
-
-    with caplog.at_level(logging.ERROR, logger="broker.server.dispatcher"):
-        asyncio.run(wait_for(scenario(), 30))
+    assert _answered_with_error(handler, caplog) == ErrorCode.unknown_server_error
     assert "building or encoding the answer failed for ApiVersionsRequest v3" in caplog.text
