@@ -8,10 +8,10 @@ STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: install kcat helm host-packages kafka-dist run test test-unit test-integration test-e2e lint format clean \
-	bench-storage bench-broker bench-replicated bench-responsiveness bench-flood bench-partitions cluster cluster-down cluster-env cluster-build images crds
+.PHONY: install kcat helm spark-connector host-packages kafka-dist run test test-unit test-integration test-e2e lint format clean \
+	bench-storage bench-broker bench-replicated bench-responsiveness bench-flood bench-partitions bench-audit cluster cluster-down cluster-env cluster-build images crds
 
-install: $(STAMP) kcat helm
+install: $(STAMP) kcat helm spark-connector
 
 # Debian's kcat (librdkafka 2.0.x), a client the integration tests drive; apt needs root.
 kcat:
@@ -24,6 +24,14 @@ kcat:
 helm: $(STAMP)
 	@if command -v go >/dev/null 2>&1; then $(BIN)/python -m localkube.build helm >/dev/null; \
 	else echo "helm: not built (it needs Go; make cluster builds it)"; fi
+
+# Spark's Kafka connector (the retention audit's reader) and its jars, resolved once from Maven
+# Central into ~/.cache/gregor/spark. Without Java, or without a route to Maven Central, it says
+# why and goes on: `make run` needs neither, and the audit resolves it again when it runs.
+spark-connector: $(STAMP)
+	@if command -v java >/dev/null 2>&1; then $(BIN)/python -m gregor_audit.connector >/dev/null \
+		|| echo "spark-connector: not resolved (see above); the audit retries when it runs"; \
+	else echo "spark-connector: not resolved (Spark needs Java 17 or 21)"; fi
 
 # Every Debian package the suite uses (iptables, docker.io, debootstrap, containerd, ...), each
 # installed with apt only when missing: a fresh machine has none of them. Needs root.
@@ -83,6 +91,9 @@ bench-flood: kafka-dist
 
 bench-partitions: kafka-dist
 	$(BIN)/python -m bench.partitions $(BENCH_ARGS)
+
+bench-audit: kafka-dist spark-connector
+	$(BIN)/python -m bench.audit $(BENCH_ARGS)
 
 # A real single-node Kubernetes (kind if it works here, else built from the pinned release's Go
 # modules and started as host processes; needs root). Builds are cached in ~/.cache/gregor.

@@ -10,6 +10,9 @@
 - `gregor format --config server.properties --cluster-id ID [--ignore-formatted]` formats a
   new node's dirs, its metadata log dir and its log dirs (Kafka's `kafka-storage format`):
   `meta.properties` with the cluster id, the node id and a directory id of each dir's own.
+- `gregor audit retention --bootstrap-server HOST:PORT --topic NAME … --output DIR` checks
+  what retention and compaction really deliver on any Kafka cluster, with Spark
+  (`gregor_audit`, ADR 0026).
 - `gregor api-versions` prints the ApiVersions advertisement a node sends: each API it has a
   handler for, with its version range, exactly as on the wire.
 """
@@ -183,6 +186,18 @@ def _operator(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _audit_arguments(parser: argparse.ArgumentParser) -> None:
+    from gregor_audit.cli import add_arguments  # noqa: PLC0415 - the broker runs without it
+
+    add_arguments(parser)
+
+
+def _audit_retention(args: argparse.Namespace) -> int:
+    from gregor_audit.cli import run_command  # noqa: PLC0415 - the broker runs without it
+
+    return run_command(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gregor", description="Gregor: a Kafka-compatible broker and its operator."
@@ -242,6 +257,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _operator_arguments(operator)
     operator.set_defaults(run=_operator)
+
+    audit = commands.add_parser("audit", help="audit a Kafka cluster (with Spark)")
+    audit_commands = audit.add_subparsers(dest="audit_command", metavar="COMMAND", required=True)
+    retention = audit_commands.add_parser(
+        "retention",
+        help="check what retention and compaction really deliver, topic by topic",
+    )
+    _audit_arguments(retention)
+    retention.set_defaults(run=_audit_retention)
 
     api_versions = commands.add_parser(
         "api-versions", help="print the ApiVersions advertisement a node sends"
