@@ -13,6 +13,8 @@ import subprocess
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from localkube.images import ensure_base_image
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,6 +46,9 @@ def _clone_as_tar() -> bytes:
     return buffer.getvalue()
 
 
+# About 4 min 40 s on a quiet machine since the audit's PySpark joined the test dependencies
+# (pip builds its 434 MB source distribution in the bare container): over pytest's default.
+@pytest.mark.timeout(900)
 def test_a_fresh_clone_installs_and_passes_the_unit_tier_on_the_bare_base() -> None:
     image = ensure_base_image()
     result = subprocess.run(

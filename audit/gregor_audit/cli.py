@@ -15,6 +15,7 @@ import argparse
 import logging
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from gregor_audit.settings import (
     read_properties,
 )
 
-__all__ = ["add_arguments", "run_command", "spark_session"]
+__all__ = ["add_arguments", "main", "run_command", "spark_session"]
 
 DEFAULT_MASTER = "local[2]"
 log = logging.getLogger("gregor.audit")
@@ -102,10 +103,11 @@ def spark_session(master: str | None = None) -> Any:
 
     from gregor_audit.connector import require_java, session_config  # noqa: PLC0415
 
-    builder = SparkSession.builder.appName("gregor-retention-audit")
+    builder = SparkSession.builder
     launched = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started this driver
-    if master or not launched:
+    if master or not launched:  # otherwise spark-submit's settings and name stand
         require_java()
+        builder = builder.appName("gregor-retention-audit")
         master = master or DEFAULT_MASTER
         if master.startswith("local"):  # no other host to reach: no guessing at addresses
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -182,3 +184,18 @@ def run_command(args: argparse.Namespace) -> int:
         spark.stop()
     _print(summary)
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`gregor audit retention` on its own: the Python application spark-submit runs (the
+    `gregor-spark` image's `/opt/gregor/retention_audit.py`)."""
+    parser = argparse.ArgumentParser(
+        prog="gregor audit retention",
+        description="check what retention and compaction really deliver, topic by topic",
+    )
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    return run_command(args)

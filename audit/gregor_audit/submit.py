@@ -1,0 +1,191 @@
+"""Submitting the audit to Kubernetes: `spark-submit --deploy-mode cluster`, from a pod.
+
+What it owns: the spark-submit command line that runs the audit as a Spark application on the
+Kubernetes cluster this pod runs in (the driver and its executors are pods, started from the
+`gregor-spark` image under the service account given), and the driver's pod template, which
+makes the driver owned by the Job that submitted it, so that deleting the Job deletes the driver
+and, through Spark's own owner references, its executors. Every pod is labelled for the run.
+The report goes to a volume claim mounted on the driver and executors, or to a Hadoop URI.
+
+    python -m gregor_audit.submit --namespace NS --image IMAGE --service-account SA \\
+        --name NAME [--label K=V …] [--owner-job NAME --owner-uid UID] \\
+        [--driver-cores N --driver-memory M --executors N --executor-cores N \\
+         --executor-memory M] [--report-claim CLAIM --report-mount DIR] \\
+        -- <gregor audit retention arguments>
+
+What it must never do: decide what is audited (the arguments after `--` are the command's), or
+leave a driver that nothing owns when it was told who owns it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["APPLICATION", "Submission", "driver_template", "main", "spark_submit"]
+
+APPLICATION = "local:///opt/gregor/retention_audit.py"
+"""The audit as spark-submit's Python application, inside the `gregor-spark` image."""
+MASTER = "k8s://https://kubernetes.default.svc:443"
+LOGGING = "/opt/gregor/log4j2.properties"
+"""The audit's logging for Spark's JVMs (warnings and errors), inside the image."""
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+_REPORT_VOLUME = "report"
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    namespace: str
+    image: str
+    service_account: str
+    name: str
+    """The application's name: its pods are named after it (DNS-1123)."""
+    audit_arguments: tuple[str, ...]
+    labels: Mapping[str, str] = field(default_factory=dict)
+    owner_job: str | None = None
+    owner_uid: str | None = None
+    driver_cores: int = 1
+    driver_memory: str = "1g"
+    executors: int = 1
+    executor_cores: int = 1
+    executor_memory: str = "1g"
+    report_claim: str | None = None
+    report_mount: str = "/reports"
+    pull_policy: str = "IfNotPresent"
+
+
+def driver_template(submission: Submission) -> dict[str, object] | None:
+    """The driver's pod template: owned by the submitting Job (None: no owner given)."""
+    if submission.owner_job is None or submission.owner_uid is None:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": submission.owner_job,
+                    "uid": submission.owner_uid,
+                    "blockOwnerDeletion": False,
+                }
+            ]
+        },
+        "spec": {"containers": [{"name": "spark-kubernetes-driver"}]},
+    }
+
+
+def spark_submit(submission: Submission, template: Path | None) -> list[str]:
+    """The spark-submit command line (`template`: the driver's pod template file, if any)."""
+    conf: dict[str, str] = {
+        "spark.kubernetes.namespace": submission.namespace,
+        "spark.kubernetes.container.image": submission.image,
+        "spark.kubernetes.container.image.pullPolicy": submission.pull_policy,
+        "spark.kubernetes.authenticate.driver.serviceAccountName": submission.service_account,
+        "spark.kubernetes.authenticate.submission.caCertFile": str(SERVICE_ACCOUNT_DIR / "ca.crt"),
+        "spark.kubernetes.authenticate.submission.oauthTokenFile": str(
+            SERVICE_ACCOUNT_DIR / "token"
+        ),
+        "spark.kubernetes.submission.waitAppCompletion": "true",
+        "spark.kubernetes.driver.service.deleteOnTermination": "true",
+        "spark.kubernetes.executor.deleteOnTermination": "true",
+        "spark.driver.cores": str(submission.driver_cores),
+        "spark.driver.memory": submission.driver_memory,
+        "spark.executor.instances": str(submission.executors),
+        "spark.executor.cores": str(submission.executor_cores),
+        "spark.executor.memory": submission.executor_memory,
+        "spark.ui.enabled": "false",
+        "spark.sql.debug.maxToStringFields": "200",
+        "spark.kubernetes.executor.podNamePrefix": submission.name,
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOGGING}",
+        "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOGGING}",
+    }
+    for key, value in submission.labels.items():
+        conf[f"spark.kubernetes.driver.label.{key}"] = value
+        conf[f"spark.kubernetes.executor.label.{key}"] = value
+    if submission.report_claim is not None:
+        for role in ("driver", "executor"):
+            prefix = f"spark.kubernetes.{role}.volumes.persistentVolumeClaim.{_REPORT_VOLUME}"
+            conf[f"{prefix}.options.claimName"] = submission.report_claim
+            conf[f"{prefix}.mount.path"] = submission.report_mount
+    if template is not None:
+        conf["spark.kubernetes.driver.podTemplateFile"] = str(template)
+    line = ["spark-submit", "--master", MASTER, "--deploy-mode", "cluster"]
+    line += ["--name", submission.name]
+    for key, value in conf.items():
+        line += ["--conf", f"{key}={value}"]
+    return [*line, APPLICATION, *submission.audit_arguments]
+
+
+def _pairs(values: Sequence[str]) -> dict[str, str]:
+    result = {}
+    for value in values:
+        key, sep, item = value.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"gregor: --label takes KEY=VALUE, not {value!r}")
+        result[key] = item
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    audit = arguments[arguments.index("--") + 1 :] if "--" in arguments else []
+    own = arguments[: arguments.index("--")] if "--" in arguments else arguments
+    parser = argparse.ArgumentParser(prog="python -m gregor_audit.submit")
+    parser.add_argument("--namespace", required=True)
+    parser.add_argument("--image", required=True)
+    parser.add_argument("--service-account", required=True)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--label", action="append", default=[])
+    parser.add_argument("--owner-job")
+    parser.add_argument("--owner-uid")
+    parser.add_argument("--driver-cores", type=int, default=1)
+    parser.add_argument("--driver-memory", default="1g")
+    parser.add_argument("--executors", type=int, default=1)
+    parser.add_argument("--executor-cores", type=int, default=1)
+    parser.add_argument("--executor-memory", default="1g")
+    parser.add_argument("--report-claim")
+    parser.add_argument("--report-mount", default="/reports")
+    parser.add_argument("--pull-policy", default="IfNotPresent")
+    args = parser.parse_args(own)
+    if not audit:
+        parser.error("give the audit's arguments after --")
+    submission = Submission(
+        namespace=args.namespace,
+        image=args.image,
+        service_account=args.service_account,
+        name=args.name,
+        audit_arguments=tuple(audit),
+        labels=_pairs(args.label),
+        owner_job=args.owner_job,
+        owner_uid=args.owner_uid,
+        driver_cores=args.driver_cores,
+        driver_memory=args.driver_memory,
+        executors=args.executors,
+        executor_cores=args.executor_cores,
+        executor_memory=args.executor_memory,
+        report_claim=args.report_claim,
+        report_mount=args.report_mount,
+        pull_policy=args.pull_policy,
+    )
+    template = driver_template(submission)
+    path: Path | None = None
+    if template is not None:
+        handle, name = tempfile.mkstemp(prefix="driver-", suffix=".json")
+        with os.fdopen(handle, "w") as file:
+            json.dump(template, file)  # YAML's superset: Spark reads it as YAML
+        path = Path(name)
+    line = spark_submit(submission, path)
+    sys.stdout.flush()
+    os.execvp(line[0], line)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""The `gregor-spark` image's pods: what a Spark-on-Kubernetes driver and executor become, and
+the spark-submit command line that makes them, with the driver owned by its Job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gregor_audit.pod import IncompletePod, command
+from gregor_audit.submit import APPLICATION, MASTER, Submission, driver_template, spark_submit
+
+pytestmark = pytest.mark.unit
+
+HOME = {"SPARK_HOME": "/opt/spark", "JAVA_HOME": "/usr/lib/jvm/java-17"}
+EXECUTOR = HOME | {
+    "SPARK_DRIVER_URL": "spark://CoarseGrainedScheduler@audit-driver-svc.ns.svc:7078",
+    "SPARK_EXECUTOR_ID": "1",
+    "SPARK_EXECUTOR_CORES": "1",
+    "SPARK_EXECUTOR_MEMORY": "1024m",
+    "SPARK_APPLICATION_ID": "spark-0123",
+    "SPARK_EXECUTOR_POD_IP": "10.0.0.7",
+    "SPARK_RESOURCE_PROFILE_ID": "0",
+    "SPARK_EXECUTOR_POD_NAME": "audit-exec-1",
+    "SPARK_JAVA_OPT_10": "-Dlater=1",
+    "SPARK_JAVA_OPT_2": "-Dearlier=1",
+}
+
+
+def test_a_driver_pod_runs_spark_submit_in_client_mode_on_its_own_address() -> None:
+    args = ["driver", "--properties-file", "/opt/spark/conf/spark.properties", APPLICATION, "-x"]
+    line = command(args, HOME | {"SPARK_DRIVER_BIND_ADDRESS": "10.0.0.5"})
+    assert line == [
+        "/opt/spark/bin/spark-submit",
+        "--conf",
+        "spark.driver.bindAddress=10.0.0.5",
+        "--deploy-mode",
+        "client",
+        *args[1:],
+    ]
+
+
+def test_an_executor_pod_runs_the_executor_backend_from_what_spark_set() -> None:
+    line = command(["executor"], EXECUTOR)
+    assert line[:5] == [
+        "/usr/lib/jvm/java-17/bin/java",
+        "-Dearlier=1",
+        "-Dlater=1",
+        "-Xms1024m",
+        "-Xmx1024m",
+    ]
+    assert line[5:7] == ["-cp", "/opt/spark/conf:/opt/spark/jars/*"]
+    backend = line[7:]
+    assert backend[0] == "org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend"
+    assert dict(zip(backend[1::2], backend[2::2], strict=True)) == {
+        "--driver-url": EXECUTOR["SPARK_DRIVER_URL"],
+        "--executor-id": "1",
+        "--cores": "1",
+        "--app-id": "spark-0123",
+        "--hostname": "10.0.0.7",
+        "--resourceProfileId": "0",
+        "--podName": "audit-exec-1",
+    }
+
+
+def test_a_pod_missing_what_spark_sets_is_named() -> None:
+    with pytest.raises(IncompletePod, match="SPARK_EXECUTOR_POD_IP"):
+        command(["executor"], {k: v for k, v in EXECUTOR.items() if k != "SPARK_EXECUTOR_POD_IP"})
+    with pytest.raises(IncompletePod, match="SPARK_DRIVER_BIND_ADDRESS"):
+        command(["driver"], HOME)
+
+
+def test_other_arguments_audit_and_a_double_dash_runs_a_command() -> None:
+    assert command(["--bootstrap-server", "k:9092"], HOME) == [
+        "gregor", "audit", "retention", "--bootstrap-server", "k:9092",
+    ]  # fmt: skip
+    assert command(["--", "bash", "-c", "true"], HOME) == ["bash", "-c", "true"]
+
+
+def test_spark_submit_runs_the_audit_in_cluster_mode_owned_labelled_and_mounted() -> None:
+    submission = Submission(
+        namespace="kafka",
+        image="gregor-spark:dev",
+        service_account="gregor-spark",
+        name="events-audit",
+        audit_arguments=("--bootstrap-server", "events-kafka:9092", "--topic", "t"),
+        labels={"gregor.dev/cluster": "events", "gregor.dev/audit": "events-audit-1"},
+        owner_job="events-audit-1",
+        owner_uid="0b6f-uid",
+        executors=2,
+        report_claim="events-audit-reports",
+    )
+    template = driver_template(submission)
+    assert template is not None
+    owners = template["metadata"]["ownerReferences"]  # type: ignore[index]
+    assert owners == [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "events-audit-1", "uid": "0b6f-uid",
+         "blockOwnerDeletion": False},
+    ]  # fmt: skip
+    line = spark_submit(submission, Path("/tmp/driver.json"))
+    assert line[:7] == [
+        "spark-submit",
+        "--master",
+        MASTER,
+        "--deploy-mode",
+        "cluster",
+        "--name",
+        "events-audit",
+    ]
+    assert line[-5:] == [APPLICATION, *submission.audit_arguments]
+    conf = dict(item.split("=", 1) for item in line[8:-5:2])
+    assert set(line[7:-5:2]) == {"--conf"}
+    assert conf["spark.kubernetes.namespace"] == "kafka"
+    assert conf["spark.kubernetes.authenticate.driver.serviceAccountName"] == "gregor-spark"
+    assert conf["spark.kubernetes.driver.podTemplateFile"] == "/tmp/driver.json"
+    assert conf["spark.executor.instances"] == "2"
+    assert conf["spark.kubernetes.executor.podNamePrefix"] == "events-audit"
+    for role in ("driver", "executor"):
+        assert conf[f"spark.kubernetes.{role}.label.gregor.dev/audit"] == "events-audit-1"
+        claim = f"spark.kubernetes.{role}.volumes.persistentVolumeClaim.report"
+        assert conf[f"{claim}.options.claimName"] == "events-audit-reports"
+        assert conf[f"{claim}.mount.path"] == "/reports"
+    unowned = Submission("ns", "img", "sa", "n", ("--topic", "t"))
+    assert driver_template(unowned) is None
+    assert not any("podTemplateFile" in item for item in spark_submit(unowned, None))
