@@ -8,9 +8,9 @@ entry point turns them into processes. This module is that entry point for the a
 - `driver …`: `spark-submit --deploy-mode client --conf spark.driver.bindAddress=<pod IP> …`, the
   driver running in its pod;
 - `executor`: `java … KubernetesExecutorBackend`, from the variables Spark's driver set on the
-  executor's pod (`SPARK_DRIVER_URL`, `SPARK_EXECUTOR_ID`, `SPARK_EXECUTOR_CORES`,
-  `SPARK_EXECUTOR_MEMORY`, `SPARK_APPLICATION_ID`, `SPARK_EXECUTOR_POD_IP`,
-  `SPARK_RESOURCE_PROFILE_ID`, `SPARK_EXECUTOR_POD_NAME`, and `SPARK_JAVA_OPT_<n>` in order);
+  executor's pod (`SPARK_JAVA_OPT_<n>` in order, `SPARK_EXECUTOR_MEMORY`, then
+  `SPARK_DRIVER_URL`, `SPARK_EXECUTOR_ID`, `SPARK_EXECUTOR_CORES`, `SPARK_APPLICATION_ID`,
+  `SPARK_EXECUTOR_POD_IP`, `SPARK_RESOURCE_PROFILE_ID` and `SPARK_EXECUTOR_POD_NAME`);
 - anything else: `gregor audit retention <arguments>`, so that `docker run gregor-spark:dev
   --bootstrap-server …` audits from a laptop as the command line does;
 - `--`, then a command: that command (a shell, spark-submit).
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -55,12 +56,18 @@ def _spark_home(environment: Mapping[str, str]) -> Path:
 
 
 def _class_path(environment: Mapping[str, str], home: Path) -> str:
-    """Spark's configuration, the jars PySpark ships (the connector baked in among them), and
-    whatever the pod adds."""
-    parts = [environment.get("SPARK_CONF_DIR") or str(home / "conf"), str(home / "jars" / "*")]
+    """In the order Spark's own images use: its configuration, Hadoop's (for `s3a://` and the
+    like), the executor's extra class path (`SPARK_CLASSPATH`, ahead of Spark's jars so that it
+    can take precedence), the jars PySpark ships (the connector baked in among them), then
+    whatever else the pod adds."""
+    parts = [environment.get("SPARK_CONF_DIR") or str(home / "conf")]
+    parts += [
+        environment[key] for key in ("HADOOP_CONF_DIR", "SPARK_CLASSPATH") if environment.get(key)
+    ]
+    parts.append(str(home / "jars" / "*"))
     parts += [
         environment[key]
-        for key in ("SPARK_EXTRA_CLASSPATH", "SPARK_CLASSPATH")
+        for key in ("SPARK_EXTRA_CLASSPATH", "SPARK_DIST_CLASSPATH")
         if environment.get(key)
     ]
     return ":".join(parts)
@@ -131,7 +138,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gregor-spark: {exc}", file=sys.stderr)
         return 1
     sys.stdout.flush()
-    os.execvp(line[0], line)
+    # Python ignores SIGPIPE and SIGXFSZ, and what is ignored stays ignored across exec.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+    try:
+        os.execvp(line[0], line)  # on success, this process is now that command
+    except OSError as exc:
+        print(f"gregor-spark: cannot run {line[0]}: {exc.strerror}", file=sys.stderr)
+        return 127 if isinstance(exc, FileNotFoundError) else 126
 
 
 if __name__ == "__main__":

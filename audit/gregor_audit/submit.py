@@ -2,19 +2,29 @@
 
 What it owns: the spark-submit command line that runs the audit as a Spark application on the
 Kubernetes cluster this pod runs in (the driver and its executors are pods, started from the
-`gregor-spark` image under the service account given), and the driver's pod template, which
-makes the driver owned by the Job that submitted it, so that deleting the Job deletes the driver
-and, through Spark's own owner references, its executors. Every pod is labelled for the run.
-The report goes to a volume claim mounted on the driver and executors, or to a Hadoop URI.
+`gregor-spark` image under the service account given), and the driver's pod template. The
+template makes the driver owned by the Job that submitted it, so that deleting the Job (with
+background or foreground propagation, as kubectl does) deletes the driver and, through Spark's
+own owner references, its executors; and it bounds the driver's life with the run's deadline,
+which the Job's own deadline does not reach. The driver and executor pods carry the run's
+labels, and the executors are named after the run. The report goes to a volume claim mounted on
+the driver and executors, or to a Hadoop URI.
 
-    python -m gregor_audit.submit --namespace NS --image IMAGE --service-account SA \\
-        --name NAME [--label K=V …] [--owner-job NAME --owner-uid UID] \\
-        [--driver-cores N --driver-memory M --executors N --executor-cores N \\
-         --executor-memory M] [--report-claim CLAIM --report-mount DIR] \\
-        -- <gregor audit retention arguments>
+    python -m gregor_audit.submit --image IMAGE --service-account SA --name NAME \\
+        [--namespace NS] [--label K=V …] [--owner-job NAME --owner-uid UID] \\
+        [--deadline-seconds S] [--driver-cores N --driver-memory M --executors N \\
+         --executor-cores N --executor-memory M] [--report-claim CLAIM --report-mount DIR] \\
+        [--pull-policy POLICY] -- <gregor audit retention arguments>
+
+`--namespace` defaults to this pod's own; an owner must be in it (an owner reference never
+crosses namespaces: the collector would delete the driver at once). `--owner-job` and
+`--owner-uid` go together.
 
 What it must never do: decide what is audited (the arguments after `--` are the command's), or
 leave a driver that nothing owns when it was told who owns it.
+
+Known limit: spark-submit waits for the driver but exits 0 however the driver ended, so the
+Job's status does not tell a failed audit from a good one (ADR 0026).
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -37,6 +48,9 @@ LOGGING = "/opt/gregor/log4j2.properties"
 """The audit's logging for Spark's JVMs (warnings and errors), inside the image."""
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 _REPORT_VOLUME = "report"
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_NAME_LIMIT = 47
+"""Spark's limit on an executor pod name prefix: the executors are named `<name>-exec-<n>`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,28 +72,39 @@ class Submission:
     report_claim: str | None = None
     report_mount: str = "/reports"
     pull_policy: str = "IfNotPresent"
+    deadline_seconds: int | None = None
+    """How long the driver may run (its pod's `activeDeadlineSeconds`)."""
+
+    def __post_init__(self) -> None:
+        if not _DNS_LABEL.fullmatch(self.name) or len(self.name) > _NAME_LIMIT:
+            raise ValueError(
+                f"--name {self.name!r}: pods are named after it, so it must be a DNS-1123 label "
+                f"of at most {_NAME_LIMIT} characters (lower case letters, digits and '-')"
+            )
+        if (self.owner_job is None) != (self.owner_uid is None):
+            raise ValueError("--owner-job and --owner-uid go together")
 
 
 def driver_template(submission: Submission) -> dict[str, object] | None:
-    """The driver's pod template: owned by the submitting Job (None: no owner given)."""
-    if submission.owner_job is None or submission.owner_uid is None:
+    """The driver's pod template: owned by the submitting Job, and bounded by the run's
+    deadline (None: neither was given)."""
+    if submission.owner_job is None and submission.deadline_seconds is None:
         return None
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "ownerReferences": [
-                {
-                    "apiVersion": "batch/v1",
-                    "kind": "Job",
-                    "name": submission.owner_job,
-                    "uid": submission.owner_uid,
-                    "blockOwnerDeletion": False,
-                }
-            ]
-        },
-        "spec": {"containers": [{"name": "spark-kubernetes-driver"}]},
-    }
+    metadata: dict[str, object] = {}
+    if submission.owner_job is not None:
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": submission.owner_job,
+                "uid": submission.owner_uid,
+                "blockOwnerDeletion": False,
+            }
+        ]
+    spec: dict[str, object] = {"containers": [{"name": "spark-kubernetes-driver"}]}
+    if submission.deadline_seconds is not None:
+        spec["activeDeadlineSeconds"] = submission.deadline_seconds
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
 def spark_submit(submission: Submission, template: Path | None) -> list[str]:
@@ -103,7 +128,8 @@ def spark_submit(submission: Submission, template: Path | None) -> list[str]:
         "spark.executor.memory": submission.executor_memory,
         "spark.ui.enabled": "false",
         "spark.sql.debug.maxToStringFields": "200",
-        "spark.kubernetes.executor.podNamePrefix": submission.name,
+        # Named after the run (the owning Job), so that two runs' executors never share a name.
+        "spark.kubernetes.executor.podNamePrefix": submission.owner_job or submission.name,
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOGGING}",
         "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOGGING}",
     }
@@ -134,18 +160,26 @@ def _pairs(values: Sequence[str]) -> dict[str, str]:
     return result
 
 
+def _own_namespace() -> str | None:
+    try:
+        return (SERVICE_ACCOUNT_DIR / "namespace").read_text().strip() or None
+    except OSError:
+        return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     audit = arguments[arguments.index("--") + 1 :] if "--" in arguments else []
     own = arguments[: arguments.index("--")] if "--" in arguments else arguments
     parser = argparse.ArgumentParser(prog="python -m gregor_audit.submit")
-    parser.add_argument("--namespace", required=True)
+    parser.add_argument("--namespace", help="where the driver runs (default: this pod's)")
     parser.add_argument("--image", required=True)
     parser.add_argument("--service-account", required=True)
     parser.add_argument("--name", required=True)
     parser.add_argument("--label", action="append", default=[])
     parser.add_argument("--owner-job")
     parser.add_argument("--owner-uid")
+    parser.add_argument("--deadline-seconds", type=int)
     parser.add_argument("--driver-cores", type=int, default=1)
     parser.add_argument("--driver-memory", default="1g")
     parser.add_argument("--executors", type=int, default=1)
@@ -157,24 +191,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(own)
     if not audit:
         parser.error("give the audit's arguments after --")
-    submission = Submission(
-        namespace=args.namespace,
-        image=args.image,
-        service_account=args.service_account,
-        name=args.name,
-        audit_arguments=tuple(audit),
-        labels=_pairs(args.label),
-        owner_job=args.owner_job,
-        owner_uid=args.owner_uid,
-        driver_cores=args.driver_cores,
-        driver_memory=args.driver_memory,
-        executors=args.executors,
-        executor_cores=args.executor_cores,
-        executor_memory=args.executor_memory,
-        report_claim=args.report_claim,
-        report_mount=args.report_mount,
-        pull_policy=args.pull_policy,
-    )
+    here = _own_namespace()
+    namespace = args.namespace or here
+    if namespace is None:
+        parser.error("--namespace is needed outside a pod")
+    if args.owner_job is not None and here is not None and namespace != here:
+        parser.error(
+            f"the driver would run in {namespace} and its owner, this pod's Job, is in {here}: "
+            "an owner reference never crosses namespaces"
+        )
+    try:
+        submission = Submission(
+            namespace=namespace,
+            image=args.image,
+            service_account=args.service_account,
+            name=args.name,
+            audit_arguments=tuple(audit),
+            labels=_pairs(args.label),
+            owner_job=args.owner_job,
+            owner_uid=args.owner_uid,
+            driver_cores=args.driver_cores,
+            driver_memory=args.driver_memory,
+            executors=args.executors,
+            executor_cores=args.executor_cores,
+            executor_memory=args.executor_memory,
+            report_claim=args.report_claim,
+            report_mount=args.report_mount,
+            pull_policy=args.pull_policy,
+            deadline_seconds=args.deadline_seconds,
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
     template = driver_template(submission)
     path: Path | None = None
     if template is not None:

@@ -3,10 +3,13 @@ the spark-submit command line that makes them, with the driver owned by its Job.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from gregor_audit import pod, submit
 from gregor_audit.pod import IncompletePod, command
 from gregor_audit.submit import APPLICATION, MASTER, Submission, driver_template, spark_submit
 
@@ -114,7 +117,7 @@ def test_spark_submit_runs_the_audit_in_cluster_mode_owned_labelled_and_mounted(
     assert conf["spark.kubernetes.authenticate.driver.serviceAccountName"] == "gregor-spark"
     assert conf["spark.kubernetes.driver.podTemplateFile"] == "/tmp/driver.json"
     assert conf["spark.executor.instances"] == "2"
-    assert conf["spark.kubernetes.executor.podNamePrefix"] == "events-audit"
+    assert conf["spark.kubernetes.executor.podNamePrefix"] == "events-audit-1"  # the run's
     for role in ("driver", "executor"):
         assert conf[f"spark.kubernetes.{role}.label.gregor.dev/audit"] == "events-audit-1"
         claim = f"spark.kubernetes.{role}.volumes.persistentVolumeClaim.report"
@@ -123,3 +126,119 @@ def test_spark_submit_runs_the_audit_in_cluster_mode_owned_labelled_and_mounted(
     unowned = Submission("ns", "img", "sa", "n", ("--topic", "t"))
     assert driver_template(unowned) is None
     assert not any("podTemplateFile" in item for item in spark_submit(unowned, None))
+
+
+def test_the_class_path_is_in_spark_s_order() -> None:
+    extra = {
+        "SPARK_CONF_DIR": "/opt/spark/conf",
+        "HADOOP_CONF_DIR": "/opt/hadoop/conf",
+        "SPARK_CLASSPATH": "/extra/first.jar",
+        "SPARK_EXTRA_CLASSPATH": "/extra/last.jar",
+        "SPARK_DIST_CLASSPATH": "/dist/*",
+    }
+    line = command(["executor"], EXECUTOR | extra)
+    assert line[line.index("-cp") + 1].split(":") == [
+        "/opt/spark/conf", "/opt/hadoop/conf", "/extra/first.jar", "/opt/spark/jars/*",
+        "/extra/last.jar", "/dist/*",
+    ]  # fmt: skip
+    spaced = command(["executor"], EXECUTOR | {"SPARK_JAVA_OPT_0": "-Dx=a b"})
+    assert "-Dx=a b" in spaced  # one argument, spaces and all
+
+
+class _Exec(Exception):
+    pass
+
+
+def _exec_into(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    calls: list[list[str]] = []
+
+    def execvp(file: str, args: list[str]) -> None:
+        calls.append(list(args))
+        raise _Exec
+
+    monkeypatch.setattr("os.execvp", execvp)
+    return calls
+
+
+def test_a_pod_becomes_its_command_or_says_why_not(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls = _exec_into(monkeypatch)
+    with pytest.raises(_Exec):
+        pod.main(["--", "true"])
+    assert calls == [["true"]]
+    monkeypatch.delenv("SPARK_EXECUTOR_MEMORY", raising=False)
+    assert pod.main(["executor"]) == 1
+    assert capsys.readouterr().err.startswith("gregor-spark: a Spark executor pod needs")
+    monkeypatch.undo()
+    assert pod.main(["--", "/nonexistent/command"]) == 127
+    assert "gregor-spark: cannot run /nonexistent/command" in capsys.readouterr().err
+
+
+BASE = ["--image", "gregor-spark:dev", "--service-account", "sa", "--namespace", "kafka"]
+
+
+def _template_of(line: list[str]) -> dict[str, Any]:
+    (conf,) = [c for c in line if c.startswith("spark.kubernetes.driver.podTemplateFile=")]
+    return dict(json.loads(Path(conf.split("=", 1)[1]).read_text()))
+
+
+def test_submit_writes_the_template_and_execs_spark_submit(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(submit, "SERVICE_ACCOUNT_DIR", tmp_path)
+    (tmp_path / "namespace").write_text("kafka\n")
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    calls = _exec_into(monkeypatch)
+    owned = ["--owner-job", "run-1", "--owner-uid", "u-1", "--deadline-seconds", "600"]
+    with pytest.raises(_Exec):
+        submit.main([*BASE, "--name", "audit", *owned, "--", "--topic", "t"])
+    (line,) = calls
+    assert line[0] == "spark-submit"
+    assert line[-3:] == [APPLICATION, "--topic", "t"]
+    template = _template_of(line)
+    assert template["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    assert template["spec"]["activeDeadlineSeconds"] == 600
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ([*BASE, "--name", "audit", "--owner-job", "run-1", "--", "-x"], "go together"),
+        ([*BASE, "--name", "Audit_1", "--", "-x"], "DNS-1123 label"),
+        ([*BASE, "--name", "a" * 48, "--", "-x"], "at most 47"),
+        ([*BASE, "--name", "audit"], "after --"),
+        ([*BASE, "--name", "audit", "--label", "nokey", "--", "-x"], "KEY=VALUE"),
+        (
+            [
+                *BASE,
+                "--namespace",
+                "other",
+                "--name",
+                "audit",
+                "--owner-job",
+                "j",
+                "--owner-uid",
+                "u",
+                "--",
+                "-x",
+            ],
+            "never crosses namespaces",
+        ),
+    ],
+)
+def test_submit_refuses_what_would_leave_a_driver_unowned_or_misnamed(
+    arguments: list[str],
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(submit, "SERVICE_ACCOUNT_DIR", tmp_path)
+    (tmp_path / "namespace").write_text("kafka")
+    calls = _exec_into(monkeypatch)
+    with pytest.raises(SystemExit) as exited:
+        submit.main(arguments)
+    assert exited.value.code != 0
+    assert message in capsys.readouterr().err + str(exited.value.code)
+    assert calls == []
