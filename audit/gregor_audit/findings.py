@@ -36,6 +36,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from broker.storage.config import LONG_MAX, InvalidConfig, LogConfig
+
 __all__ = [
     "CODES",
     "NO_LAG",
@@ -68,19 +70,8 @@ CODES = (
     BYTES_OVER_RETENTION,
 )
 
-NO_LAG = 2**63 - 1
+NO_LAG = LONG_MAX
 """`max.compaction.lag.ms`'s default (Long.MAX_VALUE): no bound on compaction."""
-
-# Kafka's defaults, for a cluster whose DescribeConfigs leaves a key out.
-_DEFAULTS = {
-    "cleanup.policy": "delete",
-    "retention.ms": "604800000",
-    "retention.bytes": "-1",
-    "segment.ms": "604800000",
-    "segment.bytes": "1073741824",
-    "max.compaction.lag.ms": str(NO_LAG),
-    "delete.retention.ms": "86400000",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,25 +87,28 @@ class Policy:
     delete_retention_ms: int
     retention_check_interval_ms: int
 
+    roll_ms: int
+    """How long the active segment may stay open: `segment.ms`, or `max.compaction.lag.ms` when
+    the topic compacts and that is shorter (Kafka's `maxSegmentMs`)."""
+
     @classmethod
     def from_configs(cls, configs: Mapping[str, str], retention_check_interval_ms: int) -> Policy:
-        def number(key: str) -> int:
-            raw = configs.get(key) or _DEFAULTS[key]
-            try:
-                return int(raw)
-            except ValueError:
-                raise ValueError(f"{key}={raw!r} is not a number") from None
-
-        policy = configs.get("cleanup.policy") or _DEFAULTS["cleanup.policy"]
+        """From a topic's described configs, read as the broker reads its own (Kafka's names
+        and defaults, `broker.storage.config`); a value Kafka would refuse is a ValueError."""
+        try:
+            log = LogConfig.from_properties(configs)
+        except InvalidConfig as exc:
+            raise ValueError(f"{exc.key}={configs.get(exc.key)!r} is {exc.reason}") from None
         return cls(
-            cleanup_policy=frozenset(p.strip() for p in policy.split(",") if p.strip()),
-            retention_ms=number("retention.ms"),
-            retention_bytes=number("retention.bytes"),
-            segment_ms=number("segment.ms"),
-            segment_bytes=number("segment.bytes"),
-            max_compaction_lag_ms=number("max.compaction.lag.ms"),
-            delete_retention_ms=number("delete.retention.ms"),
+            cleanup_policy=log.cleanup_policy,
+            retention_ms=log.retention_ms,
+            retention_bytes=log.retention_bytes,
+            segment_ms=log.segment_ms,
+            segment_bytes=log.segment_bytes,
+            max_compaction_lag_ms=log.max_compaction_lag_ms,
+            delete_retention_ms=log.delete_retention_ms,
             retention_check_interval_ms=retention_check_interval_ms,
+            roll_ms=log.max_segment_ms,
         )
 
     @property
@@ -124,14 +118,6 @@ class Policy:
     @property
     def compacts(self) -> bool:
         return "compact" in self.cleanup_policy
-
-    @property
-    def roll_ms(self) -> int:
-        """How long the active segment may stay open: Kafka rolls a compacted topic's segment
-        by `max.compaction.lag.ms` too, when that is shorter than `segment.ms`."""
-        if self.compacts:
-            return min(self.segment_ms, self.max_compaction_lag_ms)
-        return self.segment_ms
 
     @property
     def promised_age_ms(self) -> int | None:

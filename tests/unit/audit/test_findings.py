@@ -45,7 +45,7 @@ def test_unlimited_and_compacted_topics_promise_no_age() -> None:
 
 
 def test_a_config_that_is_not_a_number_is_named() -> None:
-    with pytest.raises(ValueError, match=r"retention.ms='soon' is not a number"):
+    with pytest.raises(ValueError, match=r"retention.ms='soon' is not an integer"):
         _policy(**{"retention.ms": "soon"})
 
 
