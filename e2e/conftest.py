@@ -102,6 +102,12 @@ def operator_image(kubeconfig: Path) -> str:
     return _project_image("operator", kubeconfig)
 
 
+@pytest.fixture(scope="session")
+def spark_image(kubeconfig: Path) -> str:
+    """`gregor-spark:dev` (the retention audit), built from this checkout and loaded."""
+    return _project_image("spark", kubeconfig)
+
+
 def _project_image(name: str, kubeconfig: Path) -> str:
     """`gregor-<name>:dev`: built and loaded here, or expected on another cluster already."""
     if os.environ.get(EXTERNAL):

@@ -2,7 +2,8 @@
 it): the Helm test copies this file into a pod inside the cluster, where the brokers' names
 resolve, and runs its commands with `kubectl exec`. Each prints one JSON line.
 
-  produce TOPIC COUNT            COUNT records, acks=all, idempotent; what was acknowledged
+  produce TOPIC COUNT [SHIFT_S]  COUNT records, acks=all, idempotent, stamped SHIFT_S seconds
+                                 from now (a negative shift: in the past); what was acknowledged
   produce-until TOPIC STOP LOG   records until the file STOP exists, each acknowledged value
                                  appended to LOG; then how many and the errors
   consume TOPIC                  every record from the start (until 15 s bring nothing new):
@@ -41,8 +42,9 @@ def _producer() -> Producer:
     )
 
 
-def produce(topic: str, count: int) -> dict[str, object]:
+def produce(topic: str, count: int, shift_s: float = 0.0) -> dict[str, object]:
     producer = _producer()
+    stamp = int((time.time() + shift_s) * 1000) if shift_s else 0  # 0: the producer's clock
     acknowledged: list[int] = []
     errors: list[str] = []
 
@@ -55,7 +57,7 @@ def produce(topic: str, count: int) -> dict[str, object]:
     for i in range(count):
         while True:
             try:
-                producer.produce(topic, value=str(i).encode(), on_delivery=done)
+                producer.produce(topic, value=str(i).encode(), on_delivery=done, timestamp=stamp)
                 break
             except BufferError:
                 producer.poll(0.1)
@@ -128,7 +130,7 @@ def config(topic: str) -> dict[str, object]:
 def main(argv: list[str]) -> int:
     command, topic, *rest = argv
     if command == "produce":
-        result = produce(topic, int(rest[0]))
+        result = produce(topic, int(rest[0]), float(rest[1]) if len(rest) > 1 else 0.0)
     elif command == "produce-until":
         result = produce_until(topic, rest[0], rest[1])
     elif command == "consume":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import re
 import secrets
 import subprocess
 import time
@@ -24,7 +25,7 @@ import pytest
 import yaml
 
 from e2e.conftest import ARTIFACTS, Kubectl, collect_artifacts
-from e2e.resources import eventually, get, ready
+from e2e.resources import condition, eventually, get, ready
 from localkube.build import ensure_binaries
 from localkube.cluster import load_images
 from localkube.versions import KUBERNETES_VERSION
@@ -53,8 +54,8 @@ def helm() -> str:
 
 
 @pytest.fixture(scope="module")
-def images(broker_image: str, operator_image: str) -> tuple[str, str]:
-    return broker_image, operator_image
+def images(broker_image: str, operator_image: str, spark_image: str) -> tuple[str, str, str]:
+    return broker_image, operator_image, spark_image
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +64,7 @@ def release(
     helm: str,
     kubectl: Kubectl,
     kubeconfig: Path,
-    images: tuple[str, str],
+    images: tuple[str, str, str],
 ) -> Iterator[Release]:
     """The chart installed in a namespace of its own, watching another, where the cluster
     runs; uninstalled at the end (after the cluster's resources, while its finalizers can
@@ -110,10 +111,13 @@ class Release:
         assert result.returncode == 0, f"helm {command}: {result.stderr or result.stdout}"
         return result.stdout
 
-    def values(self, broker_image: str, operator_image: str) -> list[str]:
+    def values(self, broker_image: str, operator_image: str, spark_image: str) -> list[str]:
         broker, broker_tag = broker_image.rsplit(":", 1)
         operator, operator_tag = operator_image.rsplit(":", 1)
+        spark, spark_tag = spark_image.rsplit(":", 1)
         return [
+            f"--set=sparkImage.repository={spark}",
+            f"--set=sparkImage.tag={spark_tag}",
             f"--set=image.repository={operator}",
             f"--set=image.tag={operator_tag}",
             f"--set=brokerImage.repository={broker}",
@@ -264,7 +268,7 @@ def _client(kubectl: Kubectl, namespace: str, *args: str) -> Any:
 
 
 def test_a_topic_takes_records_follows_its_spec_and_goes_when_deleted(
-    release: Release, kubectl: Kubectl, images: tuple[str, str]
+    release: Release, kubectl: Kubectl, images: tuple[str, str, str]
 ) -> None:
     broker_image = images[0]
     apps = release.apps
@@ -339,7 +343,7 @@ def _describe_or_error(kubectl: Kubectl, namespace: str) -> Any:
 
 
 def test_helm_upgrade_to_a_new_broker_image_rolls_every_node_one_at_a_time_losing_nothing(
-    release: Release, kubectl: Kubectl, images: tuple[str, str]
+    release: Release, kubectl: Kubectl, images: tuple[str, str, str]
 ) -> None:
     broker_image = images[0]
     apps = release.apps
@@ -360,7 +364,7 @@ def test_helm_upgrade_to_a_new_broker_image_rolls_every_node_one_at_a_time_losin
         namespace=apps,
     )  # fmt: skip
     time.sleep(3)
-    release.run("upgrade", *release.values(rolled, images[1]), "--wait", "--timeout=3m")
+    release.run("upgrade", *release.values(rolled, images[1], images[2]), "--wait", "--timeout=3m")
 
     # Every pod is replaced, one at a time, and never more than one broker is out of service.
     # Controllers may all be unready for the moment their quorum elects a leader.
@@ -465,3 +469,278 @@ def _record(name: str, seconds: float) -> None:
     timings = json.loads(path.read_text()) if path.exists() else {}
     timings[name] = round(seconds, 1)
     path.write_text(json.dumps(timings, indent=2))
+
+
+# -- retention audits ---------------------------------------------------------------------------
+
+DAY_S = 86_400
+AUDITED = "gregor.dev/e2e-audit"
+AUDIT_TOPICS: dict[str, tuple[dict[str, int], float, str, list[str]]] = {
+    # name: (configs, records stamped this many seconds from now, verdict, finding codes)
+    "audit-ok": ({}, 0, "Compliant", []),
+    "audit-forever": (
+        {"retention.ms": -1},
+        -40 * DAY_S,
+        "Violations",
+        ["ConfigCannotMeetMaxAge", "RecordsOlderThanMaxAge"],
+    ),
+    "audit-future": (
+        {"message.timestamp.after.max.ms": 9_223_372_036_854_775_807},
+        2 * DAY_S,
+        "Violations",
+        ["FutureTimestamps"],
+    ),
+}
+AUDIT_RECORDS = 300
+AUDIT_WITHIN_S = 420.0
+"""A run: spark-submit's JVM, the driver's and an executor's pods and JVMs, and the scan; about
+a minute and a half here."""
+
+
+def _audit_topics(kubectl: Kubectl, namespace: str) -> None:
+    """The crafted topics, as Topics selected by a label, each filled by a producer that stamps
+    its records."""
+    for name, (configs, _, _, _) in AUDIT_TOPICS.items():
+        topic = {
+            "apiVersion": "gregor.dev/v1alpha1",
+            "kind": "Topic",
+            "metadata": {"name": name, "labels": {AUDITED: "yes"}},
+            "spec": {"cluster": CLUSTER, "partitions": 2, "replicas": 3, "config": configs},
+        }
+        kubectl("apply", "--server-side", "-f", "-", namespace=namespace, stdin=json.dumps(topic))
+    for name, (_, shift, _, _) in AUDIT_TOPICS.items():
+        eventually(
+            f"Topic {name} Ready", functools.partial(ready, kubectl, namespace, "topic", name)
+        )
+        produced = _client(kubectl, namespace, "produce", name, str(AUDIT_RECORDS), str(shift))
+        assert produced == {"acknowledged": AUDIT_RECORDS, "errors": [], "unsent": 0}, produced
+
+
+def _audit_jobs(kubectl: Kubectl, namespace: str) -> list[dict[str, Any]]:
+    listed = kubectl(
+        "get", "jobs", "-l", f"gregor.dev/retention-audit={CLUSTER}", "-o", "json",
+        namespace=namespace,
+    )  # fmt: skip
+    return sorted(json.loads(listed)["items"], key=lambda j: j["metadata"]["creationTimestamp"])
+
+
+def _finished(job: dict[str, Any]) -> bool:
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return any(c["type"] in ("Complete", "Failed") and c["status"] == "True" for c in conditions)
+
+
+def _spark_pods(kubectl: Kubectl, namespace: str) -> dict[str, tuple[str, str]]:
+    """The audit's Spark pods: name -> (spark-role, phase)."""
+    listed = kubectl(
+        "get", "pods", "-l", f"gregor.dev/retention-audit={CLUSTER},spark-role", "-o", "json",
+        namespace=namespace,
+    )  # fmt: skip
+    return {
+        p["metadata"]["name"]: (p["metadata"]["labels"]["spark-role"], p["status"].get("phase", ""))
+        for p in json.loads(listed)["items"]
+    }
+
+
+def _watch_run(kubectl: Kubectl, namespace: str, job: str) -> set[tuple[str, str]]:
+    """Until the run's Job ends: every (spark-role, phase) its pods were seen in."""
+    seen: set[tuple[str, str]] = set()
+    deadline = time.monotonic() + AUDIT_WITHIN_S
+    while True:
+        seen |= {
+            (role, phase)
+            for name, (role, phase) in _spark_pods(kubectl, namespace).items()
+            if name.startswith(job)
+        }
+        found = get(kubectl, namespace, "job", job)
+        assert found is not None, f"the run {job} is gone"
+        if _finished(found):
+            conditions = found["status"]["conditions"]
+            assert any(c["type"] == "Complete" for c in conditions), conditions
+            return seen
+        assert time.monotonic() < deadline, f"{job} did not end: {seen}"
+        time.sleep(2)
+
+
+def _audit_status(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
+    topic = get(kubectl, namespace, "topic", name) or {}
+    return dict((topic.get("status") or {}).get("retentionAudit") or {})
+
+
+def _operator_metrics(
+    kubectl: Kubectl, release: Release
+) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """The operator's metrics: (name, labels) -> value."""
+    text = kubectl(
+        "exec", f"deployment/{release.name}-gregor-operator", "--", "python3", "-c",
+        "import urllib.request; print(urllib.request.urlopen("
+        "'http://127.0.0.1:8081/metrics').read().decode())",
+        namespace=release.system,
+    )  # fmt: skip
+    found = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        series, _, value = line.rpartition(" ")
+        name, _, labels = series.partition("{")
+        pairs = re.findall(r'(\w+)="([^"]*)"', labels)
+        found[(name, frozenset(pairs))] = float(value)
+    return found
+
+
+def _at(labels: dict[str, str], **more: str) -> frozenset[tuple[str, str]]:
+    return frozenset((labels | more).items())
+
+
+def _check_verdicts(kubectl: Kubectl, apps: str, run: str) -> None:
+    """Each crafted topic's verdict, in its status, its condition and `kubectl get kt`, and an
+    Event for the topic in violation."""
+
+    def judged(name: str) -> dict[str, Any] | None:
+        status = _audit_status(kubectl, apps, name)
+        return status if status.get("verdict") else None
+
+    def compliant(name: str, wanted: str) -> bool:
+        found = condition(get(kubectl, apps, "topic", name) or {}, "RetentionCompliant")
+        return found is not None and found["status"] == wanted
+
+    for name, (_, _, verdict, codes) in AUDIT_TOPICS.items():
+        status = eventually(f"{name}'s verdict", functools.partial(judged, name))
+        assert status["verdict"] == verdict, (name, status)
+        assert [f["code"] for f in status["findings"]] == codes, (name, status)
+        assert status["run"] == run
+        assert status["report"] == f"/reports/{run}"
+        wanted = "True" if verdict == "Compliant" else "False"
+        eventually(
+            f"{name}'s RetentionCompliant condition",
+            functools.partial(compliant, name, wanted),
+            timeout=30,
+        )
+    forever = _audit_status(kubectl, apps, "audit-forever")
+    assert forever["recordsPastBound"] == AUDIT_RECORDS
+    assert forever["oldestRecordAgeSeconds"] >= 40 * DAY_S - 3600
+
+    def told() -> bool:
+        events = kubectl(
+            "get", "events", "--field-selector", "involvedObject.name=audit-forever",
+            namespace=apps,
+        )  # fmt: skip
+        return "RetentionViolations" in events
+
+    eventually("a RetentionViolations Event for audit-forever", told, timeout=30)
+    assert "Violations" in kubectl("get", "kt", "audit-forever", namespace=apps)
+
+
+def test_retention_audits_run_on_schedule_and_on_request_as_spark_on_kubernetes(
+    release: Release, kubectl: Kubectl
+) -> None:
+    apps = release.apps
+    _audit_topics(kubectl, apps)
+    pods = {"memory": "512m", "requestCores": "100m"}
+    audit = {
+        "schedule": "* * * * *",
+        "topicSelector": {AUDITED: "yes"},
+        "maxAge": "30d",
+        "historyLimit": 1,
+        "deadlineSeconds": 900,
+        "driver": pods,
+        "executors": pods | {"instances": 1},
+    }
+    started = time.monotonic()
+    kubectl(
+        "patch", "kafkacluster", CLUSTER, "--type=merge", "-p",
+        json.dumps({"spec": {"retentionAudit": audit}}), namespace=apps,
+    )  # fmt: skip
+
+    # The schedule starts a run: spark-submit in a Job, the driver and an executor as pods.
+    scheduled = eventually("a scheduled run", lambda: _audit_jobs(kubectl, apps), timeout=150)[0][
+        "metadata"
+    ]["name"]
+    # Stop the schedule before that run ends (a minute missed while it ran would start at
+    # once after it): the rest are requests.
+    kubectl(
+        "patch", "kafkacluster", CLUSTER, "--type=merge", "-p",
+        json.dumps({"spec": {"retentionAudit": audit | {"suspend": True}}}), namespace=apps,
+    )  # fmt: skip
+    eventually(
+        "the schedule to be suspended",
+        lambda: (get(kubectl, apps, "cronjob", f"{CLUSTER}-audit") or {})["spec"]["suspend"],
+        timeout=30,
+    )
+    # A request during that run waits for it.
+    kubectl(
+        "annotate", "--overwrite", "kafkacluster", CLUSTER, "gregor.dev/audit-retention=now",
+        namespace=apps,
+    )  # fmt: skip
+    waiting = eventually(
+        "the request to wait",
+        lambda: (
+            (get(kubectl, apps, "kafkacluster", CLUSTER) or {})
+            .get("status", {})
+            .get("retentionAudit", {})
+            .get("pending")
+        ),
+        timeout=60,
+    )
+    assert waiting == ["KafkaCluster gregor"], waiting
+    assert not _finished(get(kubectl, apps, "job", scheduled) or {}), "the run ended early"
+    assert [j["metadata"]["name"] for j in _audit_jobs(kubectl, apps)] == [scheduled]
+
+    seen = _watch_run(kubectl, apps, scheduled)
+    assert ("driver", "Running") in seen, seen
+    assert ("executor", "Running") in seen, seen
+    _record("retention_audit_scheduled_run_s", time.monotonic() - started)
+    _check_verdicts(kubectl, apps, scheduled)
+
+    # Once it ended, the request runs.
+    requested = eventually(
+        "the requested run",
+        lambda: [
+            j["metadata"]["name"]
+            for j in _audit_jobs(kubectl, apps)
+            if j["metadata"]["name"] != scheduled
+        ],
+        timeout=60,
+    )[0]
+    seen = _watch_run(kubectl, apps, requested)
+    assert ("executor", "Running") in seen, seen
+    eventually(
+        "the topics judged by the requested run",
+        lambda: all(
+            _audit_status(kubectl, apps, name).get("run") == requested for name in AUDIT_TOPICS
+        ),
+        timeout=60,
+    )
+
+    # Nothing is left behind: the executors went with their runs, and the history limit (1)
+    # took the older run's Job, driver and result.
+    def tidy() -> bool:
+        spark = _spark_pods(kubectl, apps)
+        jobs = [j["metadata"]["name"] for j in _audit_jobs(kubectl, apps)]
+        return jobs == [requested] and all(
+            role == "driver" and name.startswith(requested) for name, (role, _) in spark.items()
+        )
+
+    eventually("the older run to be gone", tidy, timeout=120)
+
+    def results() -> list[str]:
+        return kubectl(
+            "get", "configmaps", "-l", "gregor.dev/audit-result=true", "-o", "name",
+            namespace=apps,
+        ).split()  # fmt: skip
+
+    eventually(
+        "only the newest run's result",
+        lambda: results() == [f"configmap/{requested}-result"],
+        timeout=120,
+    )
+
+    # The operator's metrics say the same, for alerting.
+    metrics = _operator_metrics(kubectl, release)
+    at = {"namespace": apps, "cluster": CLUSTER}
+    assert metrics[("gregor_retention_audit_compliant", _at(at, topic="audit-ok"))] == 1.0
+    assert metrics[("gregor_retention_audit_compliant", _at(at, topic="audit-future"))] == 0.0
+    past = metrics[("gregor_retention_audit_records_past_bound", _at(at, topic="audit-forever"))]
+    assert past == AUDIT_RECORDS
+    future = _at(at, topic="audit-future", code="FutureTimestamps")
+    assert metrics[("gregor_retention_audit_findings", future)] >= 1  # one per partition hit
+    assert ("gregor_retention_audit_last_success_timestamp_seconds", _at(at)) in metrics

@@ -4,6 +4,8 @@ What it owns: the command's arguments, the Spark session (local mode by default;
 spark-submit gave when it launched the command), and its output: one line per topic on stdout,
 the report under `--output`, exit status 0 once every topic has a verdict. Whatever stops the
 audit (bad input, an unreachable cluster, no Java) is one line on stderr and exit status 1.
+Launched by the operator, the command also leaves its outcome where the operator reads it
+(gregor_audit.result).
 
 What it must never do: import PySpark before the command runs (`gregor` runs brokers without
 it), or print a traceback for a failure the user can act on.
@@ -143,45 +145,48 @@ def _print(summary: dict[str, Any]) -> None:
     print(f"report: {summary['report']}")
 
 
+def _failed(message: str) -> int:
+    """Stop the command: one line on stderr, and the same line as the run's result for the
+    operator when it launched the run (gregor_audit.result)."""
+    from gregor_audit.result import failure, publish  # noqa: PLC0415
+
+    print(f"gregor: {message}", file=sys.stderr)
+    publish(failure(message))
+    return 1
+
+
 def run_command(args: argparse.Namespace) -> int:
     logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
         settings = settings_from(args)
     except InvalidSettings as exc:
-        print(f"gregor: {exc}", file=sys.stderr)
-        return 1
+        return _failed(str(exc))
     try:
         import pyspark  # noqa: F401, PLC0415
     except ImportError:
-        print(
-            "gregor: the retention audit needs PySpark: pip install 'gregor[audit]'",
-            file=sys.stderr,
-        )
-        return 1
+        return _failed("the retention audit needs PySpark: pip install 'gregor[audit]'")
     from gregor_audit.connector import ConnectorUnavailable  # noqa: PLC0415
     from gregor_audit.facts import ClusterUnreachable, ConnectorMissing, java_failure  # noqa: PLC0415
     from gregor_audit.job import run  # noqa: PLC0415
+    from gregor_audit.result import compact, publish  # noqa: PLC0415
 
     try:
         spark = spark_session(args.master)
     except ConnectorUnavailable as exc:
-        print(f"gregor: {exc}", file=sys.stderr)
-        return 1
+        return _failed(str(exc))
     except Exception as exc:  # Spark's JVM did not start: named, without its stack
         log.debug("Spark did not start", exc_info=True)
-        print(f"gregor: Spark did not start: {java_failure(exc)}", file=sys.stderr)
-        return 1
+        return _failed(f"Spark did not start: {java_failure(exc)}")
     try:
         summary = run(spark, settings)
     except (ClusterUnreachable, ConnectorMissing) as exc:
-        print(f"gregor: {exc}", file=sys.stderr)
-        return 1
+        return _failed(str(exc))
     except Exception as exc:  # a Spark or Kafka failure mid-scan: named, without its stack
         log.debug("the audit failed", exc_info=True)
-        print(f"gregor: the audit failed: {java_failure(exc)}", file=sys.stderr)
-        return 1
+        return _failed(f"the audit failed: {java_failure(exc)}")
     finally:
         spark.stop()
+    publish(compact(summary))
     _print(summary)
     return 0
 

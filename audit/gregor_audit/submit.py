@@ -13,7 +13,8 @@ the driver and executors, or to a Hadoop URI.
     python -m gregor_audit.submit --image IMAGE --service-account SA --name NAME \\
         [--namespace NS] [--label K=V …] [--owner-job NAME --owner-uid UID] \\
         [--deadline-seconds S] [--driver-cores N --driver-memory M --executors N \\
-         --executor-cores N --executor-memory M] [--report-claim CLAIM --report-mount DIR] \\
+         --executor-cores N --executor-memory M] [--driver-request-cores CPU] \\
+        [--executor-request-cores CPU] [--report-claim CLAIM --report-mount DIR] \\
         [--pull-policy POLICY] -- <gregor audit retention arguments>
 
 `--namespace` defaults to this pod's own; an owner must be in it (an owner reference never
@@ -23,23 +24,39 @@ crosses namespaces: the collector would delete the driver at once). `--owner-job
 What it must never do: decide what is audited (the arguments after `--` are the command's), or
 leave a driver that nothing owns when it was told who owns it.
 
-Known limit: spark-submit waits for the driver but exits 0 however the driver ended, so the
-Job's status does not tell a failed audit from a good one (ADR 0026).
+spark-submit waits for the driver but exits 0 however the driver ended; so the submitter, when
+it has an owner, then reads the driver pod (`<owner-job>-driver`) and exits with its exit code,
+and the Job fails when the audit did. The driver leaves its result for the operator in the
+ConfigMap `<owner-job>-result` (gregor_audit.result); a driver that died before it could (out of
+memory, past its deadline) gets one from the submitter saying so.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import logging
 import os
 import re
+import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-__all__ = ["APPLICATION", "Submission", "driver_template", "main", "spark_submit"]
+__all__ = [
+    "APPLICATION",
+    "RESULT_LABEL",
+    "Submission",
+    "driver_outcome",
+    "driver_template",
+    "main",
+    "spark_submit",
+]
 
 APPLICATION = "local:///opt/gregor/retention_audit.py"
 """The audit as spark-submit's Python application, inside the `gregor-spark` image."""
@@ -47,7 +64,11 @@ MASTER = "k8s://https://kubernetes.default.svc:443"
 LOGGING = "/opt/gregor/log4j2.properties"
 """The audit's logging for Spark's JVMs (warnings and errors), inside the image."""
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+log = logging.getLogger("gregor.audit")
 _REPORT_VOLUME = "report"
+RESULT_LABEL = "gregor.dev/audit-result"
+"""On a run's result ConfigMap (value `true`), beside the run's own labels."""
+DRIVER_CONTAINER = "spark-kubernetes-driver"
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _NAME_LIMIT = 47
 """Spark's limit on an executor pod name prefix: the executors are named `<name>-exec-<n>`."""
@@ -69,6 +90,9 @@ class Submission:
     executors: int = 1
     executor_cores: int = 1
     executor_memory: str = "1g"
+    driver_request_cores: str | None = None
+    """The CPU the driver's pod asks the scheduler for; `driver_cores` if None."""
+    executor_request_cores: str | None = None
     report_claim: str | None = None
     report_mount: str = "/reports"
     pull_policy: str = "IfNotPresent"
@@ -83,6 +107,33 @@ class Submission:
             )
         if (self.owner_job is None) != (self.owner_uid is None):
             raise ValueError("--owner-job and --owner-uid go together")
+
+    @property
+    def driver_pod(self) -> str:
+        return f"{self.owner_job or self.name}-driver"
+
+    @property
+    def result(self) -> dict[str, object] | None:
+        """Where the driver leaves the run's result (gregor_audit.result): with an owner only,
+        which the result is owned by."""
+        if self.owner_job is None:
+            return None
+        return {
+            "name": f"{self.owner_job}-result",
+            "namespace": self.namespace,
+            "labels": {**self.labels, RESULT_LABEL: "true"},
+            "owner": {"job": self.owner_job, "uid": self.owner_uid},
+        }
+
+
+def executor_prefix(submission: Submission) -> str:
+    """The executors' name prefix: the run's (its Job's) name, shortened with a hash of the
+    whole when longer than Spark allows, so that two runs' executors never share a name."""
+    name = submission.owner_job or submission.name
+    if len(name) <= _NAME_LIMIT:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[: _NAME_LIMIT - 9].rstrip('-')}-{digest}"
 
 
 def driver_template(submission: Submission) -> dict[str, object] | None:
@@ -101,7 +152,7 @@ def driver_template(submission: Submission) -> dict[str, object] | None:
                 "blockOwnerDeletion": False,
             }
         ]
-    spec: dict[str, object] = {"containers": [{"name": "spark-kubernetes-driver"}]}
+    spec: dict[str, object] = {"containers": [{"name": DRIVER_CONTAINER}]}
     if submission.deadline_seconds is not None:
         spec["activeDeadlineSeconds"] = submission.deadline_seconds
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
@@ -119,6 +170,7 @@ def spark_submit(submission: Submission, template: Path | None) -> list[str]:
             SERVICE_ACCOUNT_DIR / "token"
         ),
         "spark.kubernetes.submission.waitAppCompletion": "true",
+        "spark.kubernetes.driver.pod.name": submission.driver_pod,
         "spark.kubernetes.driver.service.deleteOnTermination": "true",
         "spark.kubernetes.executor.deleteOnTermination": "true",
         "spark.driver.cores": str(submission.driver_cores),
@@ -129,13 +181,23 @@ def spark_submit(submission: Submission, template: Path | None) -> list[str]:
         "spark.ui.enabled": "false",
         "spark.sql.debug.maxToStringFields": "200",
         # Named after the run (the owning Job), so that two runs' executors never share a name.
-        "spark.kubernetes.executor.podNamePrefix": submission.owner_job or submission.name,
+        "spark.kubernetes.executor.podNamePrefix": executor_prefix(submission),
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOGGING}",
         "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOGGING}",
     }
+    if submission.driver_request_cores is not None:
+        conf["spark.kubernetes.driver.request.cores"] = submission.driver_request_cores
+    if submission.executor_request_cores is not None:
+        conf["spark.kubernetes.executor.request.cores"] = submission.executor_request_cores
     for key, value in submission.labels.items():
         conf[f"spark.kubernetes.driver.label.{key}"] = value
         conf[f"spark.kubernetes.executor.label.{key}"] = value
+    if submission.result is not None:
+        from gregor_audit.result import RESULT_ENV  # noqa: PLC0415
+
+        conf[f"spark.kubernetes.driverEnv.{RESULT_ENV}"] = json.dumps(
+            submission.result, separators=(",", ":"), sort_keys=True
+        )
     if submission.report_claim is not None:
         for role in ("driver", "executor"):
             prefix = f"spark.kubernetes.{role}.volumes.persistentVolumeClaim.{_REPORT_VOLUME}"
@@ -185,6 +247,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--executors", type=int, default=1)
     parser.add_argument("--executor-cores", type=int, default=1)
     parser.add_argument("--executor-memory", default="1g")
+    parser.add_argument("--driver-request-cores", help="the CPU the driver's pod asks for")
+    parser.add_argument("--executor-request-cores", help="the CPU each executor's pod asks for")
     parser.add_argument("--report-claim")
     parser.add_argument("--report-mount", default="/reports")
     parser.add_argument("--pull-policy", default="IfNotPresent")
@@ -215,6 +279,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             executors=args.executors,
             executor_cores=args.executor_cores,
             executor_memory=args.executor_memory,
+            driver_request_cores=args.driver_request_cores,
+            executor_request_cores=args.executor_request_cores,
             report_claim=args.report_claim,
             report_mount=args.report_mount,
             pull_policy=args.pull_policy,
@@ -222,6 +288,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except ValueError as exc:
         parser.error(str(exc))
+    return submit(submission)
+
+
+def submit(submission: Submission) -> int:
+    """Run spark-submit; with an owner, wait for the driver and exit as it did."""
     template = driver_template(submission)
     path: Path | None = None
     if template is not None:
@@ -231,7 +302,94 @@ def main(argv: Sequence[str] | None = None) -> int:
         path = Path(name)
     line = spark_submit(submission, path)
     sys.stdout.flush()
-    os.execvp(line[0], line)
+    if submission.result is None:
+        os.execvp(line[0], line)
+    submitted = subprocess.run(line, check=False).returncode
+    code, why = driver_outcome(submission)
+    if code is None:
+        print(f"gregor: {why}", file=sys.stderr)
+        _result_unless_written(submission, why)
+        return submitted or 1
+    if code != 0:
+        print(f"gregor: the audit's driver {why}", file=sys.stderr)
+        _result_unless_written(submission, f"the audit's driver {why}")
+    return code
+
+
+DRIVER_POLL_S = 5.0
+
+
+def driver_outcome(
+    submission: Submission, *, sleep: Any = time.sleep, clock: Any = time.monotonic
+) -> tuple[int | None, str]:
+    """The driver's exit code and how it ended, once it has (spark-submit may return before
+    its driver ends, when its watch drops); None when the pod is gone or cannot be read
+    before the run's deadline."""
+    from kubernetes import client, config  # noqa: PLC0415 - only a pod needs it
+
+    deadline = clock() + (submission.deadline_seconds or 3600) + 60
+    why = f"the driver pod {submission.driver_pod} did not end"
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+        core: Any = client.CoreV1Api()
+    except Exception as exc:
+        return None, f"the Kubernetes API cannot be reached from this pod: {exc}"
+    while clock() < deadline:
+        try:
+            pod = core.read_namespaced_pod(submission.driver_pod, submission.namespace)
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return None, (
+                    f"there is no driver pod {submission.driver_pod}: spark-submit failed "
+                    "before making it, or it was deleted"
+                )
+            why = f"the driver pod {submission.driver_pod} could not be read: {exc.reason}"
+        else:
+            code, why = ended(pod)
+            if code is not None:
+                return code, why
+        sleep(DRIVER_POLL_S)
+    return None, why
+
+
+def ended(pod: Any) -> tuple[int | None, str]:
+    """A driver pod's exit code and how it ended, from its status."""
+    status = pod.status
+    if status is not None and status.reason == "DeadlineExceeded":
+        return 1, "ran past its deadline and was stopped"
+    for container in (status.container_statuses if status else None) or []:
+        if container.name != DRIVER_CONTAINER:
+            continue
+        terminated = container.state.terminated if container.state else None
+        if terminated is None:
+            return None, f"the driver pod {_pod_name(pod)} has not ended"
+        code = int(terminated.exit_code)
+        if code == 0:
+            return 0, "succeeded"
+        reason = f" ({terminated.reason})" if terminated.reason else ""
+        return code, f"ended with exit code {code}{reason}"
+    return None, f"the driver pod {_pod_name(pod)} has no driver container"
+
+
+def _pod_name(pod: Any) -> str:
+    return str(pod.metadata.name) if pod.metadata is not None else "?"
+
+
+def _result_unless_written(submission: Submission, reason: str) -> None:
+    """The driver died before leaving its result: leave one that says so."""
+    from kubernetes import client  # noqa: PLC0415
+
+    from gregor_audit.result import RESULT_ENV, failure, publish  # noqa: PLC0415
+
+    assert submission.result is not None
+    try:
+        client.CoreV1Api().read_namespaced_config_map(
+            str(submission.result["name"]), submission.namespace
+        )
+        return
+    except Exception:  # not there (or unreadable): write it
+        log.debug("no result from the driver", exc_info=True)
+    publish(failure(reason), {RESULT_ENV: json.dumps(submission.result)})
 
 
 if __name__ == "__main__":

@@ -112,6 +112,7 @@ RESOURCES = (
             _column("Partitions", ".status.partitions", "integer"),
             _column("Replicas", ".status.replicas", "integer"),
             *_READY_COLUMNS,
+            _column("Retention", ".status.retentionAudit.verdict"),
             _AGE,
         ),
         (

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
+import json
 import logging
 import os
 import threading
@@ -24,10 +25,12 @@ from typing import Any
 import kopf
 from kubernetes import client, config
 from prometheus_client import Counter, Gauge, Histogram
+from pydantic import ValidationError
 
 from broker.node import new_cluster_id
 
 from . import GROUP, VERSION
+from .audits import AUDIT_ANNOTATION, AUDIT_CONDITION, DEFAULT_SPARK_IMAGE, TopicRef, plan_audits
 from .kafka import (
     active_controller,
     admin,
@@ -37,10 +40,19 @@ from .kafka import (
     describe_topic,
 )
 from .kube import Kube
-from .objects import DEFAULT_IMAGE, METRICS_PORT, VOTER_ROLES, bootstrap_address, bracketed
+from .models import KafkaCluster
+from .objects import (
+    DEFAULT_IMAGE,
+    METRICS_PORT,
+    VOTER_ROLES,
+    Target,
+    bootstrap_address,
+    bracketed,
+)
 from .planner import (
     DNS_TTL_S,
     BrokerFacts,
+    ConditionState,
     Observed,
     Plan,
     a_voter_is_due,
@@ -73,6 +85,10 @@ class Settings:
     )
     """How long the cluster DNS may give out a restarted pod's old address (CoreDNS's `ttl`):
     a rolling restart waits that long between two voters."""
+    spark_image: str = field(
+        default_factory=lambda: os.environ.get("GREGOR_SPARK_IMAGE", DEFAULT_SPARK_IMAGE)
+    )
+    """The `gregor-spark` image of retention audits that name none."""
 
 
 SETTINGS = Settings()
@@ -113,6 +129,43 @@ OLDEST = Gauge(
 )
 for _kind in ("kafkacluster", "topic"):
     OLDEST.labels(_kind).set_function(functools.partial(_oldest, _kind))
+
+# The retention audit's verdicts, as of each topic's latest audit: alerts need nothing new.
+_TOPIC = ["namespace", "cluster", "topic"]
+AUDIT_OLDEST = Gauge(
+    "gregor_retention_audit_oldest_record_age_seconds",
+    "The age of the oldest readable record of a topic when it was last audited.",
+    _TOPIC,
+)
+AUDIT_RECORDS = Gauge(
+    "gregor_retention_audit_records_past_bound",
+    "Records of a topic still readable past their bound (its maximum age, compaction lag or "
+    "delete retention) when it was last audited.",
+    _TOPIC,
+)
+AUDIT_BYTES = Gauge(
+    "gregor_retention_audit_bytes_past_bound",
+    "Bytes (keys and values) of the records past their bound when the topic was last audited.",
+    _TOPIC,
+)
+AUDIT_COMPLIANT = Gauge(
+    "gregor_retention_audit_compliant",
+    "1 when a topic's latest audit found nothing, 0 when it found violations or could not "
+    "judge it.",
+    _TOPIC,
+)
+AUDIT_FINDINGS = Gauge(
+    "gregor_retention_audit_findings",
+    "Findings of a topic's latest audit, by code (one per partition, or per topic for its "
+    "configuration).",
+    [*_TOPIC, "code"],
+)
+AUDIT_LAST_SUCCESS = Gauge(
+    "gregor_retention_audit_last_success_timestamp_seconds",
+    "When the latest audit of a cluster that judged its topics ran (Unix time).",
+    ["namespace", "cluster"],
+)
+_AUDIT_SERIES: dict[tuple[str, str], set[tuple[Gauge, tuple[str, ...]]]] = {}
 
 _LOCKS: dict[tuple[str, str, str], threading.Lock] = {}
 
@@ -219,6 +272,7 @@ def reconcile_cluster(body: kopf.Body) -> Plan | None:
         if not running:
             return None
         found = _reconcile_once(body)
+        _reconcile_audits(body)
         for _ in range(AGAIN_PASSES - 1):
             wait = found.requeue_after
             if wait is None or wait >= SETTINGS.interval_s:
@@ -266,6 +320,176 @@ def _reconcile_once(body: kopf.Body) -> Plan:
     return found
 
 
+def _reconcile_audits(body: kopf.Body) -> None:
+    """The cluster's retention audits: their objects, a requested run, and each topic's
+    latest verdict in its status, conditions, Events and the operator's metrics. A failure
+    here is logged and told, and never holds up the cluster's own reconciliation."""
+    metadata = body["metadata"]
+    key = (metadata["namespace"], metadata["name"])
+    try:
+        _audits_once(body)
+    except Exception as exc:
+        log.exception("retention audit of %s/%s", *key)
+        told = _api_said(exc)[:500]
+        if _AUDIT_ERRORS.get(key) != told:  # once, not at every reconciliation
+            kopf.event(body, type="Warning", reason="RetentionAuditError", message=told)
+        _AUDIT_ERRORS[key] = told
+    else:
+        _AUDIT_ERRORS.pop(key, None)
+
+
+_AUDIT_ERRORS: dict[tuple[str, str], str] = {}
+
+
+def _api_said(exc: Exception) -> str:
+    """What went wrong, in a line: the API server's own message for a refused call."""
+    if isinstance(exc, client.ApiException):
+        try:
+            message = json.loads(exc.body or "{}").get("message")
+        except ValueError:
+            message = None
+        return f"{exc.status} {exc.reason}: {message or exc.body}"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def _cluster_topics(namespace: str, cluster: str) -> dict[str, dict[str, Any]]:
+    return {
+        t["metadata"]["name"]: t
+        for t in kube().custom_objects(namespace, "topics")
+        if (t.get("spec") or {}).get("cluster") == cluster
+        and not t["metadata"].get("deletionTimestamp")
+    }
+
+
+def _audits_once(body: kopf.Body) -> None:
+    metadata = body["metadata"]
+    name, namespace = metadata["name"], metadata["namespace"]
+    try:
+        cluster = KafkaCluster.model_validate(dict(body) | {"status": None})
+    except ValidationError:
+        return  # the planner says why
+    status = body.get("status") or {}
+    adapter = kube()
+    if cluster.spec.retention_audit is None:
+        if status.get("retentionAudit"):
+            _audit_off(namespace, name)
+        return
+    bodies = _cluster_topics(namespace, name)
+    topics = [
+        TopicRef(
+            name=resource,
+            kafka_name=topic_name(t),
+            labels=t["metadata"].get("labels") or {},
+            request=(t["metadata"].get("annotations") or {}).get(AUDIT_ANNOTATION),
+            status=(t.get("status") or {}).get("retentionAudit") or {},
+            conditions=(t.get("status") or {}).get("conditions") or [],
+        )
+        for resource, t in bodies.items()
+    ]
+    cron_job_uid, runs = adapter.audit_runs(namespace, name)
+    target = Target(
+        namespace=namespace,
+        name=name,
+        uid=metadata["uid"],
+        cluster_id=status.get("clusterId") or "",
+        cluster_domain=SETTINGS.cluster_domain,
+    )
+    internal = [listener for listener in cluster.spec.listeners if listener.type == "internal"]
+    found = plan_audits(
+        cluster,
+        target,
+        topics=topics,
+        runs=runs,
+        cron_job_uid=cron_job_uid,
+        cluster_request=(metadata.get("annotations") or {}).get(AUDIT_ANNOTATION),
+        status=status.get("retentionAudit") or {},
+        image=SETTINGS.spark_image,
+        listener_port=internal[0].port,
+    )
+    assert found is not None
+    for document in found.objects:
+        adapter.apply(document)
+    if found.claim is not None:
+        adapter.create(found.claim)
+    if found.job is not None and adapter.create(found.job):
+        started = f"started {found.job['metadata']['name']}"
+        kopf.event(body, type="Normal", reason="RetentionAuditRequested", message=started)
+    for update in found.topics:
+        topic = bodies[update.name]
+        _write_topic_audit(topic, update.status, update.condition)
+        if update.event is not None:
+            kind, reason, message = update.event
+            kopf.event(kopf.Body(topic), type=kind, reason=reason, message=message)  # type: ignore[arg-type]
+    for kind, reason, message in found.events:
+        kopf.event(body, type=kind, reason=reason, message=message)
+    shown = {key: value for key, value in found.status.items() if value is not None}
+    if shown != (status.get("retentionAudit") or {}):  # no write (and no watch event) for nothing
+        adapter.patch_status("kafkaclusters", namespace, name, {"retentionAudit": found.status})
+    _set_audit_metrics(namespace, name, found.shown, found.last_success)
+
+
+def _write_topic_audit(
+    topic: Mapping[str, Any], audit: dict[str, Any] | None, wanted: ConditionState | None
+) -> None:
+    """A topic's `status.retentionAudit` and its condition (None: both go); a topic deleted
+    meanwhile is skipped."""
+    metadata = topic["metadata"]
+    current = (topic.get("status") or {}).get("conditions") or []
+    conditions = [c for c in current if c.get("type") != AUDIT_CONDITION]
+    if wanted is not None:
+        generation = metadata.get("generation")
+        conditions += merge_conditions(current, [wanted], now=_now(), generation=generation)
+    try:
+        kube().patch_status(
+            "topics",
+            metadata["namespace"],
+            metadata["name"],
+            {"retentionAudit": audit, "conditions": conditions},
+        )
+    except client.ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def _audit_off(namespace: str, cluster: str) -> None:
+    """`spec.retentionAudit` was removed: its objects and runs go, and so do the verdicts in
+    the topics' statuses and the metrics."""
+    kube().delete_audit(namespace, cluster)
+    for topic in _cluster_topics(namespace, cluster).values():
+        if (topic.get("status") or {}).get("retentionAudit"):
+            _write_topic_audit(topic, None, None)
+    kube().patch_status("kafkaclusters", namespace, cluster, {"retentionAudit": None})
+    _set_audit_metrics(namespace, cluster, {}, None)
+
+
+def _set_audit_metrics(
+    namespace: str, cluster: str, shown: Mapping[str, Mapping[str, Any]], success: str | None
+) -> None:
+    """The gauges of a cluster's judged topics, as their statuses show them; a topic no longer
+    shown (or a cluster whose audit is off, or gone) leaves no stale series behind."""
+    series: set[tuple[Gauge, tuple[str, ...]]] = set()
+
+    def put(gauge: Gauge, labels: tuple[str, ...], value: float | None) -> None:
+        if value is not None:
+            gauge.labels(*labels).set(value)
+            series.add((gauge, labels))
+
+    for topic, status in shown.items():
+        labels: tuple[str, ...] = (namespace, cluster, topic)
+        put(AUDIT_OLDEST, labels, status.get("oldestRecordAgeSeconds"))
+        put(AUDIT_RECORDS, labels, status.get("recordsPastBound"))
+        put(AUDIT_BYTES, labels, status.get("bytesPastBound"))
+        put(AUDIT_COMPLIANT, labels, 1.0 if status.get("verdict") == "Compliant" else 0.0)
+        for finding in status.get("findings") or []:
+            put(AUDIT_FINDINGS, (*labels, finding["code"]), finding["count"])
+    if success is not None:
+        moment = datetime.datetime.fromisoformat(success)
+        put(AUDIT_LAST_SUCCESS, (namespace, cluster), moment.timestamp())
+    for gauge, labels in _AUDIT_SERIES.get((namespace, cluster), set()) - series:
+        gauge.remove(*labels)
+    _AUDIT_SERIES[(namespace, cluster)] = series
+
+
 def _write_status(body: kopf.Body, plural: str, found: Plan | TopicPlan) -> None:
     metadata = body["metadata"]
     current = (body.get("status") or {}).get("conditions") or []
@@ -279,6 +503,8 @@ def _write_status(body: kopf.Body, plural: str, found: Plan | TopicPlan) -> None
     status["conditions"] = merge_conditions(
         current, found.conditions, now=_now(), generation=generation
     )
+    # The audit's condition is the audit's to write (_reconcile_audits).
+    status["conditions"] += [c for c in current if c.get("type") == AUDIT_CONDITION]
     kube().patch_status(plural, metadata["namespace"], metadata["name"], status)
 
 
@@ -287,6 +513,7 @@ def cluster_changed(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None
     """A new cluster, or a new generation of its spec: reconcile at once (status writes and
     the operator's own annotations do not count)."""
     if event.get("type") == "DELETED":
+        _set_audit_metrics(body["metadata"]["namespace"], body["metadata"]["name"], {}, None)
         return
     status = body.get("status") or {}
     if status.get("observedGeneration") != body["metadata"].get("generation"):

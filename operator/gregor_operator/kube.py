@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from . import GROUP, VERSION
+from .audits import REQUEST_ANNOTATION, RUN_LABEL, Run, audit_name, result_of
 from .objects import EXTERNAL_LABEL, FIELD_MANAGER, Claims, Role, cluster_id_secret_name
 from .planner import STUCK_REASONS, Observed, PodState, ServiceState, StatefulSetState
 
@@ -31,6 +32,7 @@ class Kube:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.apps = client.AppsV1Api(api)
+        self.batch = client.BatchV1Api(api)
         self._dynamic: DynamicClient | None = None
 
     @property
@@ -144,6 +146,77 @@ class Kube:
         client.CustomObjectsApi(self.api).patch_namespaced_custom_object_status(
             GROUP, VERSION, namespace, plural, name, {"status": status}
         )
+
+    def custom_objects(self, namespace: str, plural: str) -> list[dict[str, Any]]:
+        """Every one of the operator's resources of a kind in a namespace."""
+        found: Any = client.CustomObjectsApi(self.api).list_namespaced_custom_object(
+            GROUP, VERSION, namespace, plural
+        )
+        return [dict(item) for item in found.get("items", [])]
+
+    def create(self, document: Mapping[str, Any]) -> bool:
+        """Create an object unless one of its name exists (False then)."""
+        resource = self.dynamic.resources.get(
+            api_version=document["apiVersion"], kind=document["kind"]
+        )
+        try:
+            resource.create(body=dict(document), namespace=document["metadata"].get("namespace"))
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
+    def audit_runs(self, namespace: str, cluster: str) -> tuple[str | None, list[Run]]:
+        """The uid of the cluster's audit CronJob (None: there is none yet), and its runs'
+        Jobs with their results."""
+        try:
+            cron_job: Any = self.batch.read_namespaced_cron_job(audit_name(cluster), namespace)
+            uid = str(cron_job.metadata.uid)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            uid = None
+        selector = f"{RUN_LABEL}={cluster}"
+        jobs: list[Any] = self.batch.list_namespaced_job(namespace, label_selector=selector).items
+        maps: list[Any] = self.core.list_namespaced_config_map(
+            namespace, label_selector=f"{selector},gregor.dev/audit-result=true"
+        ).items
+        results = {str(m.metadata.name): m.data for m in maps}
+        runs = []
+        for job in jobs:
+            conditions = (job.status.conditions if job.status else None) or []
+            ended = {c.type for c in conditions if c.status == "True"}
+            finished = bool(ended & {"Complete", "Failed"})
+            runs.append(
+                Run(
+                    name=str(job.metadata.name),
+                    created=job.metadata.creation_timestamp.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    active=not finished and job.metadata.deletion_timestamp is None,
+                    failed="Failed" in ended,
+                    result=result_of(results.get(f"{job.metadata.name}-result")),
+                    requested=REQUEST_ANNOTATION in (job.metadata.annotations or {}),
+                )
+            )
+        return uid, runs
+
+    def delete_audit(self, namespace: str, cluster: str) -> None:
+        """The cluster's audit is off: its CronJob (with its runs, and their pods) and its
+        service account go; the reports' claim stays."""
+        name = audit_name(cluster)
+        background = client.V1DeleteOptions(propagation_policy="Background")
+        rbac = client.RbacAuthorizationV1Api(self.api)
+        for delete in (
+            self.batch.delete_namespaced_cron_job,
+            rbac.delete_namespaced_role_binding,
+            rbac.delete_namespaced_role,
+            self.core.delete_namespaced_service_account,
+        ):
+            try:
+                delete(name, namespace, body=background)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
 
     def delete_service(self, namespace: str, name: str) -> None:
         """Delete a Service the cluster no longer has; one already gone is fine."""

@@ -37,6 +37,7 @@ __all__ = [
     "KafkaClusterStatus",
     "Listener",
     "NodePool",
+    "RetentionAudit",
     "Storage",
     "Topic",
     "TopicSpec",
@@ -293,6 +294,94 @@ class Metrics(Model):
     """Serve Prometheus metrics on port 9404 of every pod."""
 
 
+DURATION_PATTERN = r"^[1-9][0-9]*(ms|s|m|h|d|w)$"
+"""A duration as `gregor audit retention` takes one: `90m`, `1d`, `30d`."""
+Duration = Annotated[str, StringConstraints(pattern=DURATION_PATTERN)]
+CRON_PATTERN = r"^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|(\S+\s+){4}\S+)$"
+"""A CronJob's `schedule`: five fields, or one of its `@` macros."""
+LabelValue = Annotated[
+    str, StringConstraints(pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$", max_length=63)
+]
+
+
+class SparkPods(Model):
+    """CPU and memory of the audit's Spark pods."""
+
+    cores: Annotated[int, Field(ge=1, le=64)] = 1
+    memory: Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]*[kmgt]$")] = "1g"
+    """The JVM's heap, as Spark writes it (`512m`, `1g`); the pod asks for this plus Spark's
+    overhead."""
+    request_cores: Quantity | None = None
+    """The CPU the pod asks the scheduler for (`500m`); `cores` if unset."""
+
+
+class SparkExecutors(SparkPods):
+    instances: Annotated[int, Field(ge=1, le=100)] = 1
+
+
+class AuditReports(Model):
+    """Where each run's report (`summary.json` and the Parquet detail) goes: a volume claim
+    the operator makes, or a Hadoop-compatible URI."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.uri) || (!has(self.size) && !has(self.storageClass))",
+                    "message": "give either a claim's size and storageClass, or a uri",
+                }
+            ]
+        }
+    )
+
+    size: Annotated[Quantity, StringConstraints(pattern=r"^[0-9]")] | None = None
+    """The reports claim's size (`1Gi` if unset)."""
+    storage_class: str | None = None
+    """The reports claim's StorageClass; the cluster's default if unset."""
+    uri: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9+.-]*://\S+$")] | None = None
+    """A Hadoop-compatible URI (`s3a://bucket/audits`): each run writes under it, and no claim
+    is made."""
+
+    @model_validator(mode="after")
+    def _one_place(self) -> AuditReports:
+        if self.uri is not None and (self.size is not None or self.storage_class is not None):
+            raise ValueError("give either a claim's size and storageClass, or a uri")
+        return self
+
+
+class RetentionAudit(Model):
+    """Retention audits: a Spark application, run on Kubernetes on a schedule and on request,
+    that reads the audited topics and checks what their retention and compaction really
+    deliver; verdicts go to each `Topic`'s status."""
+
+    schedule: Annotated[str, StringConstraints(pattern=CRON_PATTERN)] = "@daily"
+    """A CronJob's schedule (`0 3 * * *`, `@daily`), in the controller manager's time zone."""
+    suspend: bool = False
+    """No scheduled runs; a requested one still runs."""
+    topics: list[Annotated[str, StringConstraints(pattern=r"^[a-zA-Z0-9._-]{1,249}$")]] | None = (
+        None
+    )
+    """Kafka topic names to audit. With neither this nor `topicSelector`: every `Topic` of the
+    cluster."""
+    topic_selector: dict[str, LabelValue] | None = None
+    """Audit the `Topic`s of the cluster that carry all of these labels (added to `topics`)."""
+    max_age: Duration | None = None
+    """No record may be older (`30d`); if unset, each topic is held to what its own
+    configuration promises (`retention.ms` with a segment's roll and a retention check, or
+    `max.compaction.lag.ms`)."""
+    future_skew: Duration = "1h"
+    """How far ahead of the audit's clock a record's timestamp may be."""
+    driver: SparkPods = SparkPods()
+    executors: SparkExecutors = SparkExecutors()
+    reports: AuditReports = AuditReports()
+    deadline_seconds: Annotated[int, Field(ge=60, le=86_400)] = 3600
+    """How long a run may take, its driver included, before Kubernetes stops it."""
+    history_limit: Annotated[int, Field(ge=1, le=20)] = 3
+    """How many finished runs (and their results) are kept, of each outcome."""
+    image: str | None = None
+    """The `gregor-spark` image; the one released with the operator if unset."""
+
+
 def _default_listeners() -> list[Listener]:
     return [Listener(name="plain", port=9092)]
 
@@ -338,6 +427,10 @@ class KafkaClusterSpec(Model):
     template: PodTemplate | None = None
     rack: Rack | None = None
     metrics: Metrics = Metrics()
+    retention_audit: RetentionAudit | None = None
+    """Audit the cluster's topics' retention with Spark on Kubernetes (off if unset). The
+    annotation `gregor.dev/audit-retention` (any new value) on the cluster, or on a `Topic`
+    for that topic alone, requests a run now."""
     delete_claims: bool = False
     """Delete the nodes' PersistentVolumeClaims with the cluster; kept by default."""
 
@@ -387,8 +480,28 @@ class NodeStatus(Model):
     annotation, for brokers only."""
 
 
+class AuditRunStatus(Model):
+    """The cluster's retention audits as the operator last saw them."""
+
+    schedule: str | None = None
+    active: str | None = None
+    """The run (Job) now running, if any."""
+    last_run: str | None = None
+    """The latest run whose result the operator read."""
+    last_run_time: str | None = None
+    last_success_time: str | None = None
+    """When the latest run that judged every topic it was asked to finished (RFC 3339)."""
+    handled_request: str | None = None
+    """The value of the cluster's `gregor.dev/audit-retention` annotation last acted on."""
+    pending: list[str] | None = None
+    """Requests waiting for the active run to end."""
+    error: str | None = None
+    """Why the latest run judged nothing, or why none can run."""
+
+
 class KafkaClusterStatus(Status):
     cluster_id: str | None = None
+    retention_audit: AuditRunStatus | None = None
     listeners: list[ListenerStatus] | None = None
     nodes: list[NodeStatus] | None = None
     ready_nodes: str | None = None
@@ -478,6 +591,36 @@ class TopicStatus(Status):
     replicas: int | None = None
     config: dict[str, str] | None = None
     """The topic's configs that differ from the broker's defaults, as Kafka reports them."""
+    retention_audit: TopicAuditStatus | None = None
+
+
+class FindingCount(Model):
+    code: str
+    count: int
+
+
+class TopicAuditStatus(Model):
+    """The topic's latest retention audit."""
+
+    run: str | None = None
+    """The run (a Job of the cluster's audit) that judged it."""
+    time: str | None = None
+    """When that run read the topic (RFC 3339)."""
+    verdict: Literal["Compliant", "Violations", "Error"] | None = None
+    reason: str | None = None
+    """Why the topic could not be audited (verdict `Error`)."""
+    oldest_record_age_seconds: int | None = None
+    max_age_seconds: int | None = None
+    """The bound it was held to."""
+    findings: list[FindingCount] | None = None
+    """The finding codes (`RecordsOlderThanMaxAge`, `FutureTimestamps`, …), each with how
+    many findings it has (one per partition, or one for the topic's configuration)."""
+    records_past_bound: int | None = None
+    bytes_past_bound: int | None = None
+    report: str | None = None
+    """Where the run's full report is (`summary.json` and the Parquet detail)."""
+    handled_request: str | None = None
+    """The value of the topic's `gregor.dev/audit-retention` annotation last acted on."""
 
 
 class Topic(CustomResource):

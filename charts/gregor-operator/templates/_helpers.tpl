@@ -44,13 +44,23 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [""]
   resources: [services, configmaps, secrets, serviceaccounts]
   verbs: [get, list, watch, create, patch, update, delete]
+# Retention audits: a CronJob per cluster, and requested runs (Jobs) ...
+- apiGroups: [batch]
+  resources: [cronjobs, jobs]
+  verbs: [get, list, watch, create, patch, update, delete]
+# ... under a service account whose Role the operator makes: RBAC lets it grant only what it
+# holds itself, which is what Spark on Kubernetes needs (gregor_operator.audits.SPARK_RULES).
+# Of these, the operator itself deletes pods (a rolling restart, one at a time), reads the
+# nodes' claims (never deletes them) and makes the audit reports' claim.
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
+  verbs: [get, list, watch, create, patch, update, delete]
 - apiGroups: [""]
-  # Rolling restarts delete one pod at a time; claims are read, never deleted.
-  resources: [pods]
-  verbs: [get, list, watch, delete]
-- apiGroups: [""]
-  resources: [persistentvolumeclaims]
-  verbs: [get, list, watch]
+  resources: [pods, services, configmaps, persistentvolumeclaims]
+  verbs: [create, get, list, watch, patch, update, delete, deletecollection]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [create, get, list, watch, patch, update, delete, deletecollection]
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [get, list, watch, create, patch, update, delete]

@@ -183,22 +183,86 @@ def _template_of(line: list[str]) -> dict[str, Any]:
     return dict(json.loads(Path(conf.split("=", 1)[1]).read_text()))
 
 
-def test_submit_writes_the_template_and_execs_spark_submit(
+def test_submit_writes_the_template_and_execs_spark_submit_when_nothing_owns_the_run(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(submit, "SERVICE_ACCOUNT_DIR", tmp_path)
     (tmp_path / "namespace").write_text("kafka\n")
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     calls = _exec_into(monkeypatch)
-    owned = ["--owner-job", "run-1", "--owner-uid", "u-1", "--deadline-seconds", "600"]
     with pytest.raises(_Exec):
-        submit.main([*BASE, "--name", "audit", *owned, "--", "--topic", "t"])
+        submit.main([*BASE, "--name", "audit", "--deadline-seconds", "600", "--", "--topic", "t"])
     (line,) = calls
     assert line[0] == "spark-submit"
     assert line[-3:] == [APPLICATION, "--topic", "t"]
+    assert _template_of(line)["spec"]["activeDeadlineSeconds"] == 600
+    assert not [c for c in line if "driverEnv" in c]  # no owner, no result for an operator
+
+
+def test_an_owned_run_waits_for_its_driver_and_exits_as_the_driver_did(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(submit, "SERVICE_ACCOUNT_DIR", tmp_path)
+    (tmp_path / "namespace").write_text("kafka\n")
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    lines: list[list[str]] = []
+
+    def run(line: list[str], check: bool) -> Any:
+        lines.append(line)
+        return type("Done", (), {"returncode": 0})()
+
+    monkeypatch.setattr("gregor_audit.submit.subprocess.run", run)
+    monkeypatch.setattr(submit, "driver_outcome", lambda _: (137, "ended with exit code 137"))
+    written: list[str] = []
+    monkeypatch.setattr(submit, "_result_unless_written", lambda _, why: written.append(why))
+    owned = ["--owner-job", "run-1", "--owner-uid", "u-1", "--label", "gregor.dev/cluster=c"]
+    assert submit.main([*BASE, "--name", "audit", *owned, "--", "--topic", "t"]) == 137
+    (line,) = lines
     template = _template_of(line)
     assert template["metadata"]["ownerReferences"][0]["uid"] == "u-1"
-    assert template["spec"]["activeDeadlineSeconds"] == 600
+    assert "spark.kubernetes.driver.pod.name=run-1-driver" in line
+    (env,) = [c for c in line if c.startswith("spark.kubernetes.driverEnv.GREGOR_AUDIT_RESULT=")]
+    assert json.loads(env.split("=", 1)[1]) == {
+        "name": "run-1-result",
+        "namespace": "kafka",
+        "labels": {"gregor.dev/cluster": "c", "gregor.dev/audit-result": "true"},
+        "owner": {"job": "run-1", "uid": "u-1"},
+    }
+    assert written == ["the audit's driver ended with exit code 137"]
+
+
+def _driver(**status: Any) -> Any:
+    from kubernetes import client  # noqa: PLC0415
+
+    return client.V1Pod(metadata=client.V1ObjectMeta(name="run-1-driver"), status=status["s"])
+
+
+def test_how_a_driver_pod_ended_is_read_from_its_status() -> None:
+    from kubernetes import client  # noqa: PLC0415
+
+    def container(state: Any) -> Any:
+        return client.V1ContainerStatus(
+            name="spark-kubernetes-driver", image="i", image_id="", ready=False,
+            restart_count=0, state=state,
+        )  # fmt: skip
+
+    def terminated(code: int, reason: str | None = None) -> Any:
+        return client.V1ContainerState(
+            terminated=client.V1ContainerStateTerminated(exit_code=code, reason=reason)
+        )
+
+    def pod(*containers: Any, reason: str | None = None) -> Any:
+        return _driver(s=client.V1PodStatus(reason=reason, container_statuses=list(containers)))
+
+    assert submit.ended(pod(container(terminated(0)))) == (0, "succeeded")
+    assert submit.ended(pod(container(terminated(137, "OOMKilled")))) == (
+        137,
+        "ended with exit code 137 (OOMKilled)",
+    )
+    assert submit.ended(pod(reason="DeadlineExceeded"))[0] == 1
+    running = client.V1ContainerState(running=client.V1ContainerStateRunning())
+    assert submit.ended(pod(container(running)))[0] is None
+    assert submit.ended(pod())[0] is None
 
 
 @pytest.mark.parametrize(
@@ -242,3 +306,21 @@ def test_submit_refuses_what_would_leave_a_driver_unowned_or_misnamed(
     assert exited.value.code != 0
     assert message in capsys.readouterr().err + str(exited.value.code)
     assert calls == []
+
+
+def test_executors_of_a_run_with_a_long_name_get_a_short_unique_prefix() -> None:
+    def prefix(job: str) -> str:
+        line = spark_submit(
+            Submission(
+                namespace="ns", image="i", service_account="sa", name="audit",
+                audit_arguments=("-x",), owner_job=job, owner_uid="u",
+            ),
+            None,
+        )  # fmt: skip
+        (conf,) = [c for c in line if c.startswith("spark.kubernetes.executor.podNamePrefix=")]
+        return conf.split("=", 1)[1]
+
+    assert prefix("short-audit-29400000") == "short-audit-29400000"
+    long_one, long_two = "a" * 40 + "-audit-29400000", "a" * 40 + "-audit-29400001"
+    assert len(prefix(long_one)) <= 47
+    assert prefix(long_one) != prefix(long_two)

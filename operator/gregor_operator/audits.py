@@ -1,0 +1,610 @@
+"""Retention audits of a `KafkaCluster`: the objects that run them, when a requested run
+starts, and what each `Topic`'s status says of the latest result.
+
+What it owns: from `spec.retentionAudit`, the audit's ServiceAccount with a Role holding only
+what Spark on Kubernetes needs, the reports' volume claim, and a CronJob whose Job runs
+`gregor_audit.submit` from the `gregor-spark` image (spark-submit in cluster mode: the driver
+and its executors are pods, owned by the Job). A request (the `gregor.dev/audit-retention`
+annotation on the cluster, or on a `Topic` for that topic) becomes a Job owned by the CronJob,
+started only when no run is active, so one audit runs per cluster at a time and a request
+during a run waits; a cluster's request covers its topics' requests. Each run's driver leaves a
+compact result in a ConfigMap owned by the run's Job (gregor_audit.result); each topic's status
+shows the newest result that judged it, with the `RetentionCompliant` condition and an Event
+when its verdict changes. It is pure, like the planners. What it must never do: call
+Kubernetes, or judge a topic itself (the audit does).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .models import KafkaCluster, RetentionAudit
+from .objects import Target, bootstrap_address, cluster_labels
+from .planner import ConditionState
+
+__all__ = [
+    "AUDIT_ANNOTATION",
+    "AUDIT_CONDITION",
+    "DEFAULT_SPARK_IMAGE",
+    "RUN_LABEL",
+    "AuditPlan",
+    "Run",
+    "TopicRef",
+    "TopicUpdate",
+    "audit_name",
+    "plan_audits",
+]
+
+AUDIT_ANNOTATION = "gregor.dev/audit-retention"
+"""On a `KafkaCluster` or a `Topic`: any new value requests an audit now."""
+AUDIT_CONDITION = "RetentionCompliant"
+RUN_LABEL = "gregor.dev/retention-audit"
+"""On the audit's objects, its runs' Jobs and pods and their results: the cluster's name."""
+RESULT_KEY = "result.json"
+"""Where a run's result is in its ConfigMap (gregor_audit.result writes it; the operator does
+not import the audit, which the broker's image does not hold)."""
+REQUEST_ANNOTATION = "gregor.dev/audit-request"
+"""On a requested run's Job: what requested it."""
+DEFAULT_SPARK_IMAGE = "gregor-spark:dev"
+REPORTS_MOUNT = "/reports"
+DEFAULT_REPORTS_SIZE = "1Gi"
+SUBMITTER_GRACE_S = 120
+"""How much longer than the driver's deadline its submitter may run (spark-submit's start and
+its wait for the driver's end)."""
+MAX_NAME = 52
+"""A CronJob's name, with the 11 characters of its Jobs' suffix, must fit in a label value."""
+
+_VERBS = ["create", "get", "list", "watch", "patch", "update", "delete", "deletecollection"]
+SPARK_RULES: list[dict[str, Any]] = [
+    {
+        "apiGroups": [""],
+        "resources": ["pods", "services", "configmaps", "persistentvolumeclaims"],
+        "verbs": _VERBS,
+    },
+    # spark-submit applies the driver's NetworkPolicy server-side (a PATCH).
+    {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": _VERBS},
+]
+"""What spark-submit and its driver do in the namespace: make and watch the driver's and the
+executors' pods, the driver's Service, ConfigMap and NetworkPolicy (Spark 4.2 makes one per
+driver), executors' claims when asked, and the run's result (a ConfigMap)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRef:
+    """A `Topic` of the cluster, as the audit sees it."""
+
+    name: str
+    """The resource's name."""
+    kafka_name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    request: str | None = None
+    """Its `gregor.dev/audit-retention` annotation."""
+    status: Mapping[str, Any] = field(default_factory=dict)
+    """Its `status.retentionAudit`."""
+    conditions: Sequence[Mapping[str, Any]] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """A Job of the cluster's audit, and its result if the driver left one."""
+
+    name: str
+    created: str
+    """When the Job was made (RFC 3339: sorts as it reads)."""
+    active: bool
+    failed: bool = False
+    result: Mapping[str, Any] | None = None
+    requested: bool = False
+    """Made by the operator for a request, not by the CronJob's schedule."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicUpdate:
+    """A topic's new `status.retentionAudit` and its condition, from a newer result."""
+
+    name: str
+    status: dict[str, Any]
+    condition: ConditionState | None
+    event: tuple[str, str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditPlan:
+    objects: list[dict[str, Any]]
+    """What to apply: the ServiceAccount, Role, RoleBinding and CronJob."""
+    claim: dict[str, Any] | None
+    """The reports' claim, made if missing (a claim's spec cannot change)."""
+    job: dict[str, Any] | None
+    """A requested run to start now."""
+    status: dict[str, Any]
+    """The cluster's `status.retentionAudit`."""
+    topics: list[TopicUpdate]
+    events: list[tuple[str, str, str]]
+    """For the cluster."""
+    shown: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Each judged topic's `status.retentionAudit` once the updates are written, by Kafka
+    name: what the metrics show (a result goes with its run's Job; the status stays)."""
+    last_success: str | None = None
+
+
+def audit_name(cluster: str) -> str:
+    return f"{cluster}-audit"
+
+
+def _labels(target: Target) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "gregor",
+        "app.kubernetes.io/instance": target.name,
+        "app.kubernetes.io/managed-by": "gregor-operator",
+        "app.kubernetes.io/component": "retention-audit",
+        RUN_LABEL: target.name,
+    }
+
+
+def _metadata(target: Target, name: str, *, owned: bool = True) -> dict[str, Any]:
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": target.namespace,
+        "labels": cluster_labels(target) | _labels(target),
+    }
+    if owned:
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": "gregor.dev/v1alpha1",
+                "kind": "KafkaCluster",
+                "name": target.name,
+                "uid": target.uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    return metadata
+
+
+def _rbac(target: Target) -> list[dict[str, Any]]:
+    name = audit_name(target.name)
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": _metadata(target, name),
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": _metadata(target, name),
+            "rules": SPARK_RULES,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": _metadata(target, name),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": target.namespace}],
+        },
+    ]
+
+
+def _claim_name(target: Target) -> str:
+    return f"{audit_name(target.name)}-reports"
+
+
+def _claim(target: Target, audit: RetentionAudit, delete_claims: bool) -> dict[str, Any] | None:
+    """The reports' claim: kept with the cluster's own claims (`deleteClaims`)."""
+    if audit.reports.uri is not None:
+        return None
+    spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": audit.reports.size or DEFAULT_REPORTS_SIZE}},
+    }
+    if audit.reports.storage_class is not None:
+        spec["storageClassName"] = audit.reports.storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": _metadata(target, _claim_name(target), owned=delete_claims),
+        "spec": spec,
+    }
+
+
+def _audit_arguments(audit: RetentionAudit, bootstrap: str, topics: Sequence[str]) -> list[str]:
+    """`gregor audit retention`'s arguments; `$(JOB_NAME)` is the run's Job."""
+    where = (
+        f"{audit.reports.uri.rstrip('/')}/$(JOB_NAME)"
+        if audit.reports.uri is not None
+        else f"{REPORTS_MOUNT}/$(JOB_NAME)"
+    )
+    line = ["--bootstrap-server", bootstrap]
+    for topic in topics:
+        line += ["--topic", topic]
+    line += ["--output", where, "--future-skew", audit.future_skew]
+    if audit.max_age is not None:
+        line += ["--max-age", audit.max_age]
+    return line
+
+
+def _job_spec(
+    target: Target, audit: RetentionAudit, image: str, bootstrap: str, topics: Sequence[str]
+) -> dict[str, Any]:
+    name = audit_name(target.name)
+    submit = [
+        "python", "-m", "gregor_audit.submit",
+        "--image", image,
+        "--service-account", name,
+        "--name", name,
+        "--label", f"{RUN_LABEL}={target.name}",
+        "--label", "app.kubernetes.io/component=retention-audit",
+        "--label", f"app.kubernetes.io/instance={target.name}",
+        "--owner-job", "$(JOB_NAME)",
+        "--owner-uid", "$(JOB_UID)",
+        "--deadline-seconds", str(audit.deadline_seconds),
+        "--driver-cores", str(audit.driver.cores),
+        "--driver-memory", audit.driver.memory,
+        "--executors", str(audit.executors.instances),
+        "--executor-cores", str(audit.executors.cores),
+        "--executor-memory", audit.executors.memory,
+    ]  # fmt: skip
+    for role, pods in (("driver", audit.driver), ("executor", audit.executors)):
+        if pods.request_cores is not None:
+            submit += [f"--{role}-request-cores", pods.request_cores]
+    if audit.reports.uri is None:
+        submit += ["--report-claim", _claim_name(target), "--report-mount", REPORTS_MOUNT]
+    labels = _labels(target)
+    return {
+        "backoffLimit": 0,
+        "activeDeadlineSeconds": audit.deadline_seconds + SUBMITTER_GRACE_S,
+        "template": {
+            "metadata": {"labels": labels},
+            "spec": {
+                "serviceAccountName": name,
+                "restartPolicy": "Never",
+                "containers": [
+                    {
+                        "name": "submit",
+                        "image": image,
+                        "imagePullPolicy": "IfNotPresent",
+                        "args": ["--", *submit, "--", *_audit_arguments(audit, bootstrap, topics)],
+                        "env": [
+                            _from_label("JOB_NAME", "batch.kubernetes.io/job-name"),
+                            _from_label("JOB_UID", "batch.kubernetes.io/controller-uid"),
+                        ],
+                        "resources": {
+                            "requests": {"cpu": "50m", "memory": "384Mi"},
+                            "limits": {"memory": "768Mi"},
+                        },
+                    }
+                ],
+            },
+        },
+    }
+
+
+def _from_label(variable: str, label: str) -> dict[str, Any]:
+    return {
+        "name": variable,
+        "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{label}']"}},
+    }
+
+
+def _cron_job(
+    target: Target,
+    audit: RetentionAudit,
+    image: str,
+    bootstrap: str,
+    topics: Sequence[str],
+    *,
+    hold: bool,
+) -> dict[str, Any]:
+    """`hold`: a requested run is active. The CronJob's controller counts only the Jobs it
+    made itself as active, so `Forbid` alone would start a scheduled run beside it."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": _metadata(target, audit_name(target.name)),
+        "spec": {
+            "schedule": audit.schedule,
+            # Nothing to audit yet (a run would only fail), or a requested run is active.
+            "suspend": audit.suspend or not topics or hold,
+            "concurrencyPolicy": "Forbid",
+            "startingDeadlineSeconds": 300,
+            "successfulJobsHistoryLimit": audit.history_limit,
+            "failedJobsHistoryLimit": audit.history_limit,
+            "jobTemplate": {
+                "metadata": {"labels": _labels(target)},
+                "spec": _job_spec(target, audit, image, bootstrap, topics),
+            },
+        },
+    }
+
+
+def _requested_job(
+    target: Target,
+    audit: RetentionAudit,
+    image: str,
+    bootstrap: str,
+    topics: Sequence[str],
+    *,
+    cron_job_uid: str,
+    request: str,
+) -> dict[str, Any]:
+    """A run made now, as `kubectl create job --from=cronjob/…` makes one: owned by the
+    CronJob, so that it counts among its active runs and goes with its history. Its name comes
+    from the request, so a request is never run twice."""
+    digest = hashlib.sha256(request.encode()).hexdigest()[:7]
+    name = audit_name(target.name)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": f"{name}-r{digest}",
+            "namespace": target.namespace,
+            "labels": _labels(target),
+            "annotations": {
+                "cronjob.kubernetes.io/instantiate": "manual",
+                REQUEST_ANNOTATION: request,
+            },
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "CronJob",
+                    "name": name,
+                    "uid": cron_job_uid,
+                    "controller": True,
+                    # Setting it needs `update` on cronjobs/finalizers where admission
+                    # enforces owner references (OpenShift); nothing needs it here.
+                    "blockOwnerDeletion": False,
+                }
+            ],
+        },
+        "spec": _job_spec(target, audit, image, bootstrap, topics),
+    }
+
+
+def _selected(audit: RetentionAudit, topics: Sequence[TopicRef]) -> list[str]:
+    """The Kafka names of the topics audited on schedule."""
+    if audit.topics is None and audit.topic_selector is None:
+        return sorted({t.kafka_name for t in topics})
+    chosen = set(audit.topics or ())
+    if audit.topic_selector is not None:
+        wanted = audit.topic_selector.items()
+        chosen |= {t.kafka_name for t in topics if all(t.labels.get(k) == v for k, v in wanted)}
+    return sorted(chosen)
+
+
+def _condition(entry: Mapping[str, Any]) -> ConditionState:
+    verdict = entry.get("verdict")
+    if verdict == "Compliant":
+        return ConditionState(AUDIT_CONDITION, "True", "Compliant", "no finding")
+    if verdict == "Violations":
+        codes = ", ".join(sorted(entry.get("findings") or {}))
+        return ConditionState(AUDIT_CONDITION, "False", "Violations", codes)
+    return ConditionState(AUDIT_CONDITION, "Unknown", "AuditError", str(entry.get("reason", "")))
+
+
+def _topic_status(run: Run, entry: Mapping[str, Any], report: str | None) -> dict[str, Any]:
+    def whole(value: Any) -> int | None:
+        return None if value is None else int(value)
+
+    result = run.result or {}
+    return {
+        "run": run.name,
+        "time": result.get("audited_at"),
+        "verdict": entry.get("verdict"),
+        "reason": entry.get("reason"),
+        "oldestRecordAgeSeconds": whole(entry.get("oldest_record_age_s")),
+        "maxAgeSeconds": whole(entry.get("max_age_s")),
+        "findings": [
+            {"code": code, "count": int(count)}
+            for code, count in sorted((entry.get("findings") or {}).items())
+        ],
+        "recordsPastBound": whole(entry.get("records_past_bound")),
+        "bytesPastBound": whole(entry.get("bytes_past_bound")),
+        "report": report,
+    }
+
+
+def result_of(data: Mapping[str, str] | None) -> Mapping[str, Any] | None:
+    """A run's result, from its ConfigMap's data (None: unreadable)."""
+    try:
+        found = json.loads((data or {})[RESULT_KEY])
+    except (KeyError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+@dataclass(frozen=True, slots=True)
+class _Requests:
+    job: dict[str, Any] | None
+    handled_topics: frozenset[str]
+    handled: str | None
+    """The cluster's request now handled (or the one handled before)."""
+    pending: list[str]
+    events: list[tuple[str, str, str]]
+
+
+def _requests(
+    target: Target,
+    audit: RetentionAudit,
+    topics: Sequence[TopicRef],
+    *,
+    image: str,
+    bootstrap: str,
+    scheduled: Sequence[str],
+    busy: bool,
+    cron_job_uid: str | None,
+    cluster_request: str | None,
+    handled: str | None,
+) -> _Requests:
+    """A run for the requests not yet handled, when none is running: the cluster's request
+    covers every scheduled topic and every topic's request."""
+    wanted_cluster = cluster_request is not None and cluster_request != handled
+    asking = [
+        t for t in topics if t.request is not None and t.request != t.status.get("handledRequest")
+    ]
+    pending = [f"KafkaCluster {target.name}"] if wanted_cluster else []
+    pending += [f"Topic {t.name}" for t in asking]
+    if not pending or busy or cron_job_uid is None:
+        return _Requests(None, frozenset(), handled, pending, [])
+    if wanted_cluster:  # the topics asked for come along, selected or not
+        names = sorted(set(scheduled) | {t.kafka_name for t in asking})
+        request = f"KafkaCluster/{target.name}={cluster_request}"
+        handled = cluster_request
+    else:
+        names = sorted({t.kafka_name for t in asking})
+        request = ",".join(f"Topic/{t.name}={t.request}" for t in asking)
+    served = frozenset(t.name for t in asking)
+    if not names:
+        event = ("Warning", "NothingToAudit", "no topic is selected for the audit")
+        return _Requests(None, served, handled, [], [event])
+    job = _requested_job(
+        target, audit, image, bootstrap, names, cron_job_uid=cron_job_uid, request=request
+    )
+    return _Requests(job, served, handled, [], [])
+
+
+def _topic_updates(
+    topics: Sequence[TopicRef],
+    latest: Mapping[str, tuple[Run, Mapping[str, Any]]],
+    served: frozenset[str],
+) -> list[TopicUpdate]:
+    """Each topic whose newest result is not in its status yet, or whose request was served."""
+    updates = []
+    for topic in topics:
+        found = latest.get(topic.kafka_name)
+        served_now = topic.name in served
+        current = dict(topic.status)
+        handled = topic.request if served_now else current.get("handledRequest")
+        if found is None:
+            if served_now:
+                updates.append(TopicUpdate(topic.name, current | {"handledRequest": handled}, None))
+            continue
+        run, entry = found
+        wanted = _condition(entry)
+        shown = current.get("run") == run.name and any(
+            (c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
+            == (wanted.type, wanted.status, wanted.reason, wanted.message)
+            for c in topic.conditions
+        )
+        if shown and not served_now:
+            continue
+        new = _topic_status(run, entry, (run.result or {}).get("report"))
+        new["handledRequest"] = handled
+        event = None
+        if current.get("verdict") != new["verdict"]:
+            verdict = str(new["verdict"])
+            kind = "Normal" if verdict == "Compliant" else "Warning"
+            detail = wanted.message
+            message = f"{run.name}: {verdict}" + (f"; {detail}" if detail else "")
+            event = (kind, f"Retention{verdict}", message)
+        updates.append(TopicUpdate(topic.name, new, wanted, event))
+    return updates
+
+
+def _run_status(
+    audit: RetentionAudit,
+    ordered: Sequence[Run],
+    requests: _Requests,
+    *,
+    scheduled: Sequence[str],
+    before: Mapping[str, Any],
+) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
+    """The cluster's `status.retentionAudit`, and an Event when a run failed."""
+    active = [r.name for r in ordered if r.active]
+    judged = [r for r in ordered if r.result is not None]
+    last = judged[-1] if judged else None
+    successes = [r for r in judged if "error" not in (r.result or {})]
+    failed = [r for r in ordered if not r.active and r.result is None and r.failed]
+    error = None
+    if failed and (
+        last is None or (failed[-1].created, failed[-1].name) > (last.created, last.name)
+    ):
+        error = f"{failed[-1].name}: the run failed without a result (see its pods' logs)"
+    elif last is not None and "error" in (last.result or {}):
+        error = f"{last.name}: {(last.result or {})['error']}"
+    events = []
+    if error is not None and before.get("error") != error:
+        events.append(("Warning", "RetentionAuditFailed", error))
+    if error is None and not scheduled:
+        error = "no topic is selected for the audit"
+    status = {
+        "schedule": None if audit.suspend or not scheduled else audit.schedule,
+        "active": active[-1] if active else None,
+        "lastRun": last.name if last else None,
+        "lastRunTime": (last.result or {}).get("audited_at") if last else None,
+        "lastSuccessTime": (successes[-1].result or {}).get("audited_at") if successes else None,
+        "handledRequest": requests.handled,
+        "pending": requests.pending or None,
+        "error": error,
+    }
+    return status, events
+
+
+def plan_audits(
+    cluster: KafkaCluster,
+    target: Target,
+    *,
+    topics: Sequence[TopicRef],
+    runs: Sequence[Run],
+    cron_job_uid: str | None,
+    cluster_request: str | None,
+    status: Mapping[str, Any],
+    image: str,
+    listener_port: int,
+) -> AuditPlan | None:
+    """What to do for the cluster's audits; None when it has none (`spec.retentionAudit`)."""
+    audit = cluster.spec.retention_audit
+    if audit is None:
+        return None
+    name = audit_name(target.name)
+    if len(name) > MAX_NAME:
+        problem = (
+            f"the audit's CronJob {name} would have {len(name)} characters, at most {MAX_NAME}: "
+            "shorten the cluster's name"
+        )
+        events = [] if status.get("error") == problem else [("Warning", "InvalidSpec", problem)]
+        return AuditPlan([], None, None, {"error": problem}, [], events)
+    image = audit.image or image
+    bootstrap = bootstrap_address(
+        target.name, target.namespace, target.cluster_domain, listener_port
+    )
+    scheduled = _selected(audit, topics)
+    ordered = sorted(runs, key=lambda r: (r.created, r.name))
+    requests = _requests(
+        target,
+        audit,
+        topics,
+        image=image,
+        bootstrap=bootstrap,
+        scheduled=scheduled,
+        busy=any(r.active for r in ordered),
+        cron_job_uid=cron_job_uid,
+        cluster_request=cluster_request,
+        handled=status.get("handledRequest"),
+    )
+    latest: dict[str, tuple[Run, Mapping[str, Any]]] = {}
+    for run in ordered:  # each topic: the newest run that judged it
+        for name, entry in ((run.result or {}).get("topics") or {}).items():
+            latest[name] = (run, entry)
+    run_status, failures = _run_status(audit, ordered, requests, scheduled=scheduled, before=status)
+    updates = _topic_updates(topics, latest, requests.handled_topics)
+    written = {u.name: u.status for u in updates}
+    shown = {}
+    for topic in topics:
+        now = written.get(topic.name, topic.status)
+        if now.get("verdict"):
+            shown[topic.kafka_name] = now
+    hold = requests.job is not None or any(r.active and r.requested for r in ordered)
+    return AuditPlan(
+        objects=[*_rbac(target), _cron_job(target, audit, image, bootstrap, scheduled, hold=hold)],
+        claim=_claim(target, audit, cluster.spec.delete_claims),
+        job=requests.job,
+        status=run_status,
+        topics=updates,
+        events=[*requests.events, *failures],
+        shown=shown,
+        last_success=run_status["lastSuccessTime"],
+    )
