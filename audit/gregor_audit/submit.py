@@ -54,6 +54,7 @@ __all__ = [
     "Submission",
     "driver_outcome",
     "driver_template",
+    "executor_template",
     "main",
     "spark_submit",
 ]
@@ -69,6 +70,7 @@ _REPORT_VOLUME = "report"
 RESULT_LABEL = "gregor.dev/audit-result"
 """On a run's result ConfigMap (value `true`), beside the run's own labels."""
 DRIVER_CONTAINER = "spark-kubernetes-driver"
+EXECUTOR_CONTAINER = "spark-kubernetes-executor"
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _NAME_LIMIT = 47
 """Spark's limit on an executor pod name prefix: the executors are named `<name>-exec-<n>`."""
@@ -136,10 +138,25 @@ def executor_prefix(submission: Submission) -> str:
     return f"{name[: _NAME_LIMIT - 9].rstrip('-')}-{digest}"
 
 
+REPORT_GROUP = 10001
+"""The image's `gregor` group: a report claim's files belong to it (the pods' `fsGroup`), so the
+image's user can write a claim whatever owner its volume plugin gives a new volume."""
+
+
+def _report_access(submission: Submission) -> dict[str, object]:
+    if submission.report_claim is None:
+        return {}
+    return {"securityContext": {"fsGroup": REPORT_GROUP, "fsGroupChangePolicy": "OnRootMismatch"}}
+
+
 def driver_template(submission: Submission) -> dict[str, object] | None:
-    """The driver's pod template: owned by the submitting Job, and bounded by the run's
-    deadline (None: neither was given)."""
-    if submission.owner_job is None and submission.deadline_seconds is None:
+    """The driver's pod template: owned by the submitting Job, bounded by the run's deadline,
+    and able to write the report claim (None: nothing to say)."""
+    if (
+        submission.owner_job is None
+        and submission.deadline_seconds is None
+        and submission.report_claim is None
+    ):
         return None
     metadata: dict[str, object] = {}
     if submission.owner_job is not None:
@@ -153,13 +170,30 @@ def driver_template(submission: Submission) -> dict[str, object] | None:
             }
         ]
     spec: dict[str, object] = {"containers": [{"name": DRIVER_CONTAINER}]}
+    spec |= _report_access(submission)
     if submission.deadline_seconds is not None:
         spec["activeDeadlineSeconds"] = submission.deadline_seconds
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
-def spark_submit(submission: Submission, template: Path | None) -> list[str]:
-    """The spark-submit command line (`template`: the driver's pod template file, if any)."""
+def executor_template(submission: Submission) -> dict[str, object] | None:
+    """The executors' pod template: able to write the report claim (None: no claim)."""
+    if submission.report_claim is None:
+        return None
+    spec: dict[str, object] = {"containers": [{"name": EXECUTOR_CONTAINER}]}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {},
+        "spec": spec | _report_access(submission),
+    }
+
+
+def spark_submit(
+    submission: Submission, template: Path | None, executors: Path | None = None
+) -> list[str]:
+    """The spark-submit command line (`template`, `executors`: the driver's and the executors'
+    pod template files, if any)."""
     conf: dict[str, str] = {
         "spark.kubernetes.namespace": submission.namespace,
         "spark.kubernetes.container.image": submission.image,
@@ -205,6 +239,8 @@ def spark_submit(submission: Submission, template: Path | None) -> list[str]:
             conf[f"{prefix}.mount.path"] = submission.report_mount
     if template is not None:
         conf["spark.kubernetes.driver.podTemplateFile"] = str(template)
+    if executors is not None:
+        conf["spark.kubernetes.executor.podTemplateFile"] = str(executors)
     line = ["spark-submit", "--master", MASTER, "--deploy-mode", "cluster"]
     line += ["--name", submission.name]
     for key, value in conf.items():
@@ -293,14 +329,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def submit(submission: Submission) -> int:
     """Run spark-submit; with an owner, wait for the driver and exit as it did."""
-    template = driver_template(submission)
-    path: Path | None = None
-    if template is not None:
-        handle, name = tempfile.mkstemp(prefix="driver-", suffix=".json")
-        with os.fdopen(handle, "w") as file:
-            json.dump(template, file)  # YAML's superset: Spark reads it as YAML
-        path = Path(name)
-    line = spark_submit(submission, path)
+    path = _written("driver-", driver_template(submission))
+    executors = _written("executor-", executor_template(submission))
+    line = spark_submit(submission, path, executors)
     sys.stdout.flush()
     if submission.result is None:
         os.execvp(line[0], line)
@@ -314,6 +345,16 @@ def submit(submission: Submission) -> int:
         print(f"gregor: the audit's driver {why}", file=sys.stderr)
         _result_unless_written(submission, f"the audit's driver {why}")
     return code
+
+
+def _written(prefix: str, template: dict[str, object] | None) -> Path | None:
+    """A pod template in a file of its own for spark-submit (None: no template)."""
+    if template is None:
+        return None
+    handle, name = tempfile.mkstemp(prefix=prefix, suffix=".json")
+    with os.fdopen(handle, "w") as file:
+        json.dump(template, file)  # YAML's superset: Spark reads it as YAML
+    return Path(name)
 
 
 DRIVER_POLL_S = 5.0

@@ -11,7 +11,14 @@ import pytest
 
 from gregor_audit import pod, submit
 from gregor_audit.pod import IncompletePod, command
-from gregor_audit.submit import APPLICATION, MASTER, Submission, driver_template, spark_submit
+from gregor_audit.submit import (
+    APPLICATION,
+    MASTER,
+    Submission,
+    driver_template,
+    executor_template,
+    spark_submit,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -324,3 +331,38 @@ def test_executors_of_a_run_with_a_long_name_get_a_short_unique_prefix() -> None
     long_one, long_two = "a" * 40 + "-audit-29400000", "a" * 40 + "-audit-29400001"
     assert len(prefix(long_one)) <= 47
     assert prefix(long_one) != prefix(long_two)
+
+
+def test_with_a_report_claim_the_driver_and_executors_may_write_it_as_the_images_group(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    claimed = Submission(
+        namespace="ns", image="i", service_account="sa", name="audit", audit_arguments=("-x",),
+        report_claim="reports",
+    )  # fmt: skip
+    access = {"fsGroup": 10001, "fsGroupChangePolicy": "OnRootMismatch"}
+    driver = driver_template(claimed)
+    assert driver is not None
+    assert driver["spec"]["securityContext"] == access  # type: ignore[index]
+    executors = executor_template(claimed)
+    assert executors is not None
+    assert executors["spec"] == {
+        "containers": [{"name": "spark-kubernetes-executor"}],
+        "securityContext": access,
+    }
+    unclaimed = Submission(
+        namespace="ns", image="i", service_account="sa", name="audit", audit_arguments=("-x",)
+    )
+    assert executor_template(unclaimed) is None
+    assert driver_template(unclaimed) is None
+
+    monkeypatch.setattr(submit, "SERVICE_ACCOUNT_DIR", tmp_path)
+    (tmp_path / "namespace").write_text("ns\n")
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    calls = _exec_into(monkeypatch)
+    with pytest.raises(_Exec):
+        submit.main([*BASE, "--name", "audit", "--report-claim", "reports", "--", "-x"])
+    (line,) = calls
+    (conf,) = [c for c in line if c.startswith("spark.kubernetes.executor.podTemplateFile=")]
+    written = json.loads(Path(conf.split("=", 1)[1]).read_text())
+    assert written["spec"]["securityContext"] == access
