@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import itertools
 import json
-import re
 import secrets
 import subprocess
 import time
@@ -23,6 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.conftest import ARTIFACTS, Kubectl, collect_artifacts
 from e2e.resources import condition, eventually, get, ready
@@ -576,15 +576,11 @@ def _operator_metrics(
         "'http://127.0.0.1:8081/metrics').read().decode())",
         namespace=release.system,
     )  # fmt: skip
-    found = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        series, _, value = line.rpartition(" ")
-        name, _, labels = series.partition("{")
-        pairs = re.findall(r'(\w+)="([^"]*)"', labels)
-        found[(name, frozenset(pairs))] = float(value)
-    return found
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
 
 
 def _at(labels: dict[str, str], **more: str) -> frozenset[tuple[str, str]]:

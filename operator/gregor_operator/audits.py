@@ -23,13 +23,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .models import KafkaCluster, RetentionAudit
-from .objects import Target, bootstrap_address, cluster_labels
+from .objects import Target, bootstrap_address, cluster_labels, owned_metadata
 from .planner import ConditionState
 
 __all__ = [
     "AUDIT_ANNOTATION",
     "AUDIT_CONDITION",
     "DEFAULT_SPARK_IMAGE",
+    "REQUEST_ANNOTATION",
+    "RESULT_KEY",
+    "RESULT_LABEL",
     "RUN_LABEL",
     "AuditPlan",
     "Run",
@@ -47,6 +50,8 @@ RUN_LABEL = "gregor.dev/retention-audit"
 RESULT_KEY = "result.json"
 """Where a run's result is in its ConfigMap (gregor_audit.result writes it; the operator does
 not import the audit, which the broker's image does not hold)."""
+RESULT_LABEL = "gregor.dev/audit-result"
+"""On a run's result ConfigMap, `true` (gregor_audit.submit labels it so)."""
 REQUEST_ANNOTATION = "gregor.dev/audit-request"
 """On a requested run's Job: what requested it."""
 DEFAULT_SPARK_IMAGE = "gregor-spark:dev"
@@ -136,32 +141,16 @@ def audit_name(cluster: str) -> str:
 
 
 def _labels(target: Target) -> dict[str, str]:
-    return {
-        "app.kubernetes.io/name": "gregor",
-        "app.kubernetes.io/instance": target.name,
-        "app.kubernetes.io/managed-by": "gregor-operator",
-        "app.kubernetes.io/component": "retention-audit",
-        RUN_LABEL: target.name,
-    }
+    """The audit's labels: the cluster's, but for `gregor.dev/cluster`, by which the operator
+    finds the cluster's own pods and Services (Kube.observe)."""
+    labels = {k: v for k, v in cluster_labels(target).items() if k != "gregor.dev/cluster"}
+    return labels | {"app.kubernetes.io/component": "retention-audit", RUN_LABEL: target.name}
 
 
 def _metadata(target: Target, name: str, *, owned: bool = True) -> dict[str, Any]:
-    metadata: dict[str, Any] = {
-        "name": name,
-        "namespace": target.namespace,
-        "labels": cluster_labels(target) | _labels(target),
-    }
-    if owned:
-        metadata["ownerReferences"] = [
-            {
-                "apiVersion": "gregor.dev/v1alpha1",
-                "kind": "KafkaCluster",
-                "name": target.name,
-                "uid": target.uid,
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ]
+    metadata = owned_metadata(target, name, cluster_labels(target) | _labels(target))
+    if not owned:
+        del metadata["ownerReferences"]
     return metadata
 
 

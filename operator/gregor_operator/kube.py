@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from . import GROUP, VERSION
-from .audits import REQUEST_ANNOTATION, RUN_LABEL, Run, audit_name, result_of
+from .audits import REQUEST_ANNOTATION, RESULT_LABEL, RUN_LABEL, Run, audit_name, result_of
 from .objects import EXTERNAL_LABEL, FIELD_MANAGER, Claims, Role, cluster_id_secret_name
 from .planner import STUCK_REASONS, Observed, PodState, ServiceState, StatefulSetState
 
@@ -180,7 +180,7 @@ class Kube:
         selector = f"{RUN_LABEL}={cluster}"
         jobs: list[Any] = self.batch.list_namespaced_job(namespace, label_selector=selector).items
         maps: list[Any] = self.core.list_namespaced_config_map(
-            namespace, label_selector=f"{selector},gregor.dev/audit-result=true"
+            namespace, label_selector=f"{selector},{RESULT_LABEL}=true"
         ).items
         results = {str(m.metadata.name): m.data for m in maps}
         runs = []

@@ -52,6 +52,7 @@ __all__ = [
     "external_bootstrap_name",
     "external_listeners",
     "external_service_name",
+    "owned_metadata",
     "pools",
     "server_properties",
 ]
@@ -219,7 +220,8 @@ def pool_labels(target: Target, pool: Pool) -> dict[str, str]:
     return labels
 
 
-def _metadata(target: Target, name: str, labels: Mapping[str, str]) -> dict[str, Any]:
+def owned_metadata(target: Target, name: str, labels: Mapping[str, str]) -> dict[str, Any]:
+    """An object's metadata, owned by its cluster (and deleted with it)."""
     return {
         "name": name,
         "namespace": target.namespace,
@@ -396,7 +398,9 @@ def config_map(
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _metadata(target, _config_map_name(target, pool), pool_labels(target, pool)),
+        "metadata": owned_metadata(
+            target, _config_map_name(target, pool), pool_labels(target, pool)
+        ),
         "data": data,
     }
 
@@ -418,7 +422,7 @@ def headless_service(target: Target, spec: KafkaClusterSpec) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(target, headless_name(target), cluster_labels(target)),
+        "metadata": owned_metadata(target, headless_name(target), cluster_labels(target)),
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
@@ -433,7 +437,7 @@ def bootstrap_service(target: Target, spec: KafkaClusterSpec) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(target, bootstrap_name(target), cluster_labels(target)),
+        "metadata": owned_metadata(target, bootstrap_name(target), cluster_labels(target)),
         "spec": {
             "type": "ClusterIP",
             "selector": {"gregor.dev/cluster": target.name, "gregor.dev/broker": "true"},
@@ -452,7 +456,7 @@ def _external_service(
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(target, name, labels),
+        "metadata": owned_metadata(target, name, labels),
         "spec": {
             "type": SERVICE_TYPES[listener.type],
             "selector": dict(selector),
@@ -506,7 +510,9 @@ def cluster_id_secret(target: Target) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _metadata(target, cluster_id_secret_name(target.name), cluster_labels(target)),
+        "metadata": owned_metadata(
+            target, cluster_id_secret_name(target.name), cluster_labels(target)
+        ),
         "type": "Opaque",
         "data": {"cluster.id": base64.b64encode(target.cluster_id.encode()).decode()},
     }
@@ -517,7 +523,7 @@ def service_account(target: Target) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
-        "metadata": _metadata(target, f"{target.name}-node", cluster_labels(target)),
+        "metadata": owned_metadata(target, f"{target.name}-node", cluster_labels(target)),
         "automountServiceAccountToken": False,
     }
 
@@ -528,7 +534,9 @@ def pod_disruption_budget(target: Target, pool: Pool) -> dict[str, Any]:
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": _metadata(target, statefulset_name(target, pool), pool_labels(target, pool)),
+        "metadata": owned_metadata(
+            target, statefulset_name(target, pool), pool_labels(target, pool)
+        ),
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": pool_selector(target, pool)}},
     }
 
@@ -666,7 +674,9 @@ def statefulset(
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
-        "metadata": _metadata(target, statefulset_name(target, pool), pool_labels(target, pool)),
+        "metadata": owned_metadata(
+            target, statefulset_name(target, pool), pool_labels(target, pool)
+        ),
         "spec": sts_spec,
     }
 

@@ -190,12 +190,18 @@ def _template_of(line: list[str]) -> dict[str, Any]:
     return dict(json.loads(Path(conf.split("=", 1)[1]).read_text()))
 
 
-def test_submit_writes_the_template_and_execs_spark_submit_when_nothing_owns_the_run(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+@pytest.fixture
+def in_a_pod(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The submitter as in a pod of namespace `kafka`, its templates written under tmp_path."""
     monkeypatch.setattr(submit, "SERVICE_ACCOUNT_DIR", tmp_path)
     (tmp_path / "namespace").write_text("kafka\n")
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+
+
+@pytest.mark.usefixtures("in_a_pod")
+def test_submit_writes_the_template_and_execs_spark_submit_when_nothing_owns_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     calls = _exec_into(monkeypatch)
     with pytest.raises(_Exec):
         submit.main([*BASE, "--name", "audit", "--deadline-seconds", "600", "--", "--topic", "t"])
@@ -206,12 +212,10 @@ def test_submit_writes_the_template_and_execs_spark_submit_when_nothing_owns_the
     assert not [c for c in line if "driverEnv" in c]  # no owner, no result for an operator
 
 
+@pytest.mark.usefixtures("in_a_pod")
 def test_an_owned_run_waits_for_its_driver_and_exits_as_the_driver_did(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(submit, "SERVICE_ACCOUNT_DIR", tmp_path)
-    (tmp_path / "namespace").write_text("kafka\n")
-    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     lines: list[list[str]] = []
 
     def run(line: list[str], check: bool) -> Any:
@@ -333,8 +337,9 @@ def test_executors_of_a_run_with_a_long_name_get_a_short_unique_prefix() -> None
     assert prefix(long_one) != prefix(long_two)
 
 
+@pytest.mark.usefixtures("in_a_pod")
 def test_with_a_report_claim_the_driver_and_executors_may_write_it_as_the_images_group(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     claimed = Submission(
         namespace="ns", image="i", service_account="sa", name="audit", audit_arguments=("-x",),
@@ -356,9 +361,6 @@ def test_with_a_report_claim_the_driver_and_executors_may_write_it_as_the_images
     assert executor_template(unclaimed) is None
     assert driver_template(unclaimed) is None
 
-    monkeypatch.setattr(submit, "SERVICE_ACCOUNT_DIR", tmp_path)
-    (tmp_path / "namespace").write_text("ns\n")
-    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     calls = _exec_into(monkeypatch)
     with pytest.raises(_Exec):
         submit.main([*BASE, "--name", "audit", "--report-claim", "reports", "--", "-x"])

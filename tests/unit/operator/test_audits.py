@@ -13,6 +13,7 @@ from gregor_audit.submit import RESULT_LABEL as WRITTEN_LABEL
 from gregor_operator.audits import (
     AUDIT_CONDITION,
     RESULT_KEY,
+    RESULT_LABEL,
     AuditPlan,
     Run,
     TopicRef,
@@ -98,7 +99,7 @@ def result(*topics: tuple[str, str], at: str = "2026-11-27T18:00:00+00:00") -> d
 
 def test_the_operator_and_the_audit_agree_on_where_a_result_is() -> None:
     assert RESULT_KEY == WRITTEN_KEY
-    assert WRITTEN_LABEL == "gregor.dev/audit-result"  # what Kube.audit_runs selects by
+    assert RESULT_LABEL == WRITTEN_LABEL  # what Kube.audit_runs selects by
 
 
 def test_a_cluster_without_an_audit_has_no_audit_objects() -> None:
