@@ -27,9 +27,12 @@ from localkube.cluster import load_images, up
 from localkube.images import (
     PROJECT_TAG,
     PYTHON_IMAGE,
+    SPARK_OPERATOR_IMAGE,
     build_project_images,
+    build_spark_operator_image,
     ensure_base_image,
 )
+from localkube.versions import SPARK_OPERATOR_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "var" / "e2e"
@@ -106,6 +109,18 @@ def operator_image(kubeconfig: Path) -> str:
 def spark_image(kubeconfig: Path) -> str:
     """`gregor-spark:dev` (the retention audit), built from this checkout and loaded."""
     return _project_image("spark", kubeconfig)
+
+
+@pytest.fixture(scope="session")
+def spark_operator_image(kubeconfig: Path, spark_image: str) -> str:
+    """`gregor/spark-operator:<version>`: the Kubeflow Spark Operator, built here from its Go
+    module on `gregor-spark`, and loaded."""
+    if os.environ.get(EXTERNAL):
+        return f"{SPARK_OPERATOR_IMAGE}:{SPARK_OPERATOR_VERSION}"
+    binary = ensure_binaries(log=lambda _: None, only=["spark-operator"]).spark_operator
+    ref = build_spark_operator_image(binary, SPARK_OPERATOR_VERSION, spark_image)
+    _load([ref], kubeconfig)
+    return ref
 
 
 def _project_image(name: str, kubeconfig: Path) -> str:

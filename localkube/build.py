@@ -61,6 +61,7 @@ class Binaries:
     local_path_provisioner: Path
     pause: Path
     helm: Path
+    spark_operator: Path
 
 
 @dataclass(frozen=True)
@@ -193,6 +194,25 @@ def components() -> tuple[Component, ...]:
             binaries=(Binary("helm", "helm.sh/helm/v3/cmd/helm", ("version", "--short")),),
             ldflags_x=(("helm.sh/helm/v3/internal/version.version", versions.HELM_VERSION),),
         ),
+        GoComponent(
+            name="spark-operator",
+            version=versions.SPARK_OPERATOR_VERSION,
+            module="github.com/kubeflow/spark-operator/v2",
+            sibling_version=versions.SPARK_OPERATOR_VERSION,
+            binaries=(
+                Binary(
+                    "spark-operator",
+                    "github.com/kubeflow/spark-operator/v2/cmd/operator",
+                    ("version",),
+                ),
+            ),
+            ldflags_x=(
+                (
+                    "github.com/kubeflow/spark-operator/v2.version",
+                    versions.SPARK_OPERATOR_VERSION.removeprefix("v"),
+                ),
+            ),
+        ),
         _kubernetes(),
     )
 
@@ -253,6 +273,17 @@ def built_binaries(cache: Path | None = None) -> Binaries | None:
     return _binaries(root)
 
 
+def spark_operator_chart(cache: Path | None = None) -> Path:
+    """The Kubeflow Spark Operator's Helm chart, from the Go module its binary is built from
+    (so build it first: `ensure_binaries(only=["spark-operator"])`)."""
+    root = (cache if cache is not None else cache_dir()) / "localkube"
+    module = f"github.com/kubeflow/spark-operator/v2@{versions.SPARK_OPERATOR_VERSION}"
+    chart = root / "go" / "pkg" / "mod" / module / "charts" / "spark-operator-chart"
+    if not (chart / "Chart.yaml").is_file():
+        raise BuildError(f"localkube: no Spark operator chart at {chart}: build spark-operator")
+    return chart
+
+
 def _build(root: Path, component: Component, log: Callable[[str], None]) -> None:
     """Build one component, check every binary reports the pinned version, then stamp it."""
     started = time.monotonic()
@@ -287,6 +318,7 @@ def _binaries(root: Path) -> Binaries:
         local_path_provisioner=paths["local-path-provisioner"],
         pause=paths["pause"],
         helm=paths["helm"],
+        spark_operator=paths["spark-operator"],
     )
 
 

@@ -297,6 +297,23 @@ def build_cluster_images(
     return refs
 
 
+SPARK_OPERATOR_IMAGE = "gregor/spark-operator"
+
+
+def build_spark_operator_image(binary: Path, version: str, spark_image: str) -> str:
+    """`gregor/spark-operator:<version>`: the Kubeflow Spark Operator's binary on `spark_image`
+    (gregor-spark), whose spark-submit its controller runs. Returns the ref."""
+    ensure_docker()
+    if not binary.is_file():
+        raise ImageError(f"the spark-operator binary {binary} is not a file")
+    ref = f"{SPARK_OPERATOR_IMAGE}:{version}"
+    dockerfile = cluster_image_dir() / "spark-operator" / "Dockerfile"
+    files = [("Dockerfile", dockerfile), ("spark-operator", binary.resolve())]
+    args = _declared_args(dockerfile, {"SPARK_IMAGE": spark_image})
+    docker_build(ref, "Dockerfile", files, args, executables=frozenset({"spark-operator"}))
+    return ref
+
+
 # Loading into a cluster's runtime ------------------------------------------------------------
 
 

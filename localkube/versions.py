@@ -53,5 +53,10 @@ HELM_VERSION = "v3.22.0"
 """Helm 3, the newest release the module proxy serves: it installs the operator's chart
 (`charts/gregor-operator`) in the e2e tier and for users who run `make cluster`."""
 
+SPARK_OPERATOR_VERSION = "v2.3.0"
+"""The Kubeflow Spark Operator: its controller and webhook (one binary) and its chart, from its
+Go module. The e2e tier installs it to cover the operator's `SparkApplication` launches; its
+image is built on `gregor-spark`, whose spark-submit it runs."""
+
 PAUSE_VERSION = "1.0.0"
 """Our own pause program (localkube/pause.c); bump it when the program's behaviour changes."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,11 +29,16 @@ __all__ = [
     "compact",
     "config_map",
     "failure",
+    "pod_owner",
     "publish",
 ]
 
 RESULT_ENV = "GREGOR_AUDIT_RESULT"
-"""`{"name": …, "namespace": …, "labels": {…}, "owner": {"job": …, "uid": …}}`."""
+"""`{"name": …, "namespace": …, "labels": {…}, "owner": {"apiVersion", "kind", "name", "uid"}}`.
+Without the owner's name and uid (a SparkApplication's template cannot know them), the owner
+is the driver pod's own of that kind (the Kubeflow Spark Operator's webhook sets it; the pod is
+`GREGOR_POD_NAME`), and the ConfigMap is `<owner>-result`."""
+POD_ENV = "GREGOR_POD_NAME"
 RESULT_KEY = "result.json"
 AGE_CODES = frozenset(
     {"RecordsOlderThanMaxAge", "CompactionBacklog", "TombstonesPastDeleteRetention"}
@@ -76,19 +82,20 @@ def failure(reason: str) -> dict[str, Any]:
 
 
 def config_map(target: Mapping[str, Any], result: Mapping[str, Any]) -> dict[str, Any]:
-    """The ConfigMap that carries `result`, as `target` (from `RESULT_ENV`) names it."""
+    """The ConfigMap that carries `result`, as `target` (from `RESULT_ENV`, its owner known)
+    names it."""
+    owner = target.get("owner")
     metadata: dict[str, Any] = {
-        "name": target["name"],
+        "name": target.get("name") or f"{(owner or {})['name']}-result",
         "namespace": target["namespace"],
         "labels": dict(target.get("labels") or {}),
     }
-    owner = target.get("owner")
     if owner:
         metadata["ownerReferences"] = [
             {
-                "apiVersion": "batch/v1",
-                "kind": "Job",
-                "name": owner["job"],
+                "apiVersion": owner["apiVersion"],
+                "kind": owner["kind"],
+                "name": owner["name"],
                 "uid": owner["uid"],
                 "blockOwnerDeletion": False,
             }
@@ -101,6 +108,17 @@ def config_map(target: Mapping[str, Any], result: Mapping[str, Any]) -> dict[str
     }
 
 
+def pod_owner(pod: Any, owner: Mapping[str, Any]) -> dict[str, Any]:
+    """The owner the pod (a kubernetes V1Pod) has of `owner`'s apiVersion and kind."""
+    for reference in pod.metadata.owner_references or []:
+        if (reference.api_version, reference.kind) == (owner["apiVersion"], owner["kind"]):
+            return dict(owner) | {"name": reference.name, "uid": reference.uid}
+    raise LookupError(
+        f"the driver pod {pod.metadata.name} has no {owner['kind']} owner: the Kubeflow Spark "
+        "Operator's webhook gives it one (is the webhook enabled?)"
+    )
+
+
 def publish(result: Mapping[str, Any], environment: Mapping[str, str] | None = None) -> bool:
     """Write `result` where `RESULT_ENV` says (replacing a result of the same name); False
     when there is nowhere to write it or it could not be written."""
@@ -109,17 +127,23 @@ def publish(result: Mapping[str, Any], environment: Mapping[str, str] | None = N
         return False
     try:
         target = json.loads(given)
-        document = config_map(target, result)
         from kubernetes import client, config  # noqa: PLC0415 - only a pod needs it
 
         config.load_incluster_config()  # type: ignore[no-untyped-call]
         core: Any = client.CoreV1Api()
+        owner = target.get("owner")
+        if owner and not owner.get("uid"):
+            here = (os.environ if environment is None else environment).get(POD_ENV)
+            pod = core.read_namespaced_pod(here or socket.gethostname(), target["namespace"])
+            target["owner"] = pod_owner(pod, owner)
+        document = config_map(target, result)
+        name = document["metadata"]["name"]
         try:
             core.create_namespaced_config_map(target["namespace"], document)
         except client.ApiException as exc:
             if exc.status != 409:
                 raise
-            core.replace_namespaced_config_map(target["name"], target["namespace"], document)
+            core.replace_namespaced_config_map(name, target["namespace"], document)
     except Exception as exc:  # the audit's outcome is printed anyway; the operator sees none
         log.error("the run's result could not be written for the operator: %s", exc)
         return False

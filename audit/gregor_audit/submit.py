@@ -124,7 +124,12 @@ class Submission:
             "name": f"{self.owner_job}-result",
             "namespace": self.namespace,
             "labels": {**self.labels, RESULT_LABEL: "true"},
-            "owner": {"job": self.owner_job, "uid": self.owner_uid},
+            "owner": {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": self.owner_job,
+                "uid": self.owner_uid,
+            },
         }
 
 

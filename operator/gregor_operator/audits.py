@@ -10,7 +10,10 @@ started only when no run is active, so one audit runs per cluster at a time and 
 during a run waits; a cluster's request covers its topics' requests. Each run's driver leaves a
 compact result in a ConfigMap owned by the run's Job (gregor_audit.result); each topic's status
 shows the newest result that judged it, with the `RetentionCompliant` condition and an Event
-when its verdict changes. It is pure, like the planners. What it must never do: call
+when its verdict changes. Where the Kubeflow Spark Operator's CRDs are installed (`launcher`
+`Auto`, or `SparkApplication`), the schedule is a ScheduledSparkApplication and a request a
+SparkApplication of its own, and the operator does what a Job's deadline and the CronJob's
+history did (ADR 0026). It is pure, like the planners. What it must never do: call
 Kubernetes, or judge a topic itself (the audit does).
 """
 
@@ -35,11 +38,14 @@ __all__ = [
     "RESULT_LABEL",
     "RUN_LABEL",
     "AuditPlan",
+    "AuditRuns",
     "Run",
     "TopicRef",
     "TopicUpdate",
     "audit_name",
+    "launcher_of",
     "plan_audits",
+    "spark_run",
 ]
 
 AUDIT_ANNOTATION = "gregor.dev/audit-retention"
@@ -105,6 +111,28 @@ class Run:
     result: Mapping[str, Any] | None = None
     requested: bool = False
     """Made by the operator for a request, not by the CronJob's schedule."""
+    kind: str = "Job"
+    """`Job` or `SparkApplication`."""
+    uid: str | None = None
+    age_s: float = 0.0
+    """How long ago it was made."""
+    state: str | None = None
+    """A SparkApplication's `status.applicationState.state` (`""`: no Spark operator has
+    taken it up yet)."""
+    why: str | None = None
+    """How it failed, when its launcher says (a SparkApplication's `errorMessage`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRuns:
+    """What the API server holds of a cluster's audit runs."""
+
+    cron_job_uid: str | None
+    scheduled_uid: str | None
+    """Its ScheduledSparkApplication's."""
+    spark_served: bool
+    """Whether the API server serves SparkApplications (the Spark operator's CRDs)."""
+    runs: list[Run]
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +162,13 @@ class AuditPlan:
     """Each judged topic's `status.retentionAudit` once the updates are written, by Kafka
     name: what the metrics show (a result goes with its run's Job; the status stays)."""
     last_success: str | None = None
+    retired: list[tuple[str, str, str]] = field(default_factory=list)
+    """`(apiVersion, kind, name)`: the other launcher's schedule, to delete (with its runs)."""
+    stops: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    """Overdue SparkApplications: the driver pod to delete, and the result saying why."""
+    pruned: list[str] = field(default_factory=list)
+    """Finished SparkApplications past the history limit, to delete (the Spark operator
+    prunes only when its schedule starts a run)."""
 
 
 def audit_name(cluster: str) -> str:
@@ -200,12 +235,15 @@ def _claim(target: Target, audit: RetentionAudit, delete_claims: bool) -> dict[s
     }
 
 
-def _audit_arguments(audit: RetentionAudit, bootstrap: str, topics: Sequence[str]) -> list[str]:
-    """`gregor audit retention`'s arguments; `$(JOB_NAME)` is the run's Job."""
+def _audit_arguments(
+    audit: RetentionAudit, bootstrap: str, topics: Sequence[str], *, run: str = "$(JOB_NAME)"
+) -> list[str]:
+    """`gregor audit retention`'s arguments; `run` is the run's name, as its container's
+    environment gives it (Kubernetes expands `$(NAME)` in a container's arguments)."""
     where = (
-        f"{audit.reports.uri.rstrip('/')}/$(JOB_NAME)"
+        f"{audit.reports.uri.rstrip('/')}/{run}"
         if audit.reports.uri is not None
-        else f"{REPORTS_MOUNT}/$(JOB_NAME)"
+        else f"{REPORTS_MOUNT}/{run}"
     )
     line = ["--bootstrap-server", bootstrap]
     for topic in topics:
@@ -310,6 +348,11 @@ def _cron_job(
     }
 
 
+def _requested_name(target: Target, request: str) -> str:
+    digest = hashlib.sha256(request.encode()).hexdigest()[:7]
+    return f"{audit_name(target.name)}-r{digest}"
+
+
 def _requested_job(
     target: Target,
     audit: RetentionAudit,
@@ -317,19 +360,18 @@ def _requested_job(
     bootstrap: str,
     topics: Sequence[str],
     *,
-    cron_job_uid: str,
+    owner_uid: str,
     request: str,
 ) -> dict[str, Any]:
     """A run made now, as `kubectl create job --from=cronjob/…` makes one: owned by the
     CronJob, so that it counts among its active runs and goes with its history. Its name comes
     from the request, so a request is never run twice."""
-    digest = hashlib.sha256(request.encode()).hexdigest()[:7]
     name = audit_name(target.name)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
-            "name": f"{name}-r{digest}",
+            "name": _requested_name(target, request),
             "namespace": target.namespace,
             "labels": _labels(target),
             "annotations": {
@@ -341,7 +383,7 @@ def _requested_job(
                     "apiVersion": "batch/v1",
                     "kind": "CronJob",
                     "name": name,
-                    "uid": cron_job_uid,
+                    "uid": owner_uid,
                     "controller": True,
                     # Setting it needs `update` on cronjobs/finalizers where admission
                     # enforces owner references (OpenShift); nothing needs it here.
@@ -351,6 +393,202 @@ def _requested_job(
         },
         "spec": _job_spec(target, audit, image, bootstrap, topics),
     }
+
+
+# The Kubeflow Spark Operator's launches ----------------------------------------------------
+
+SPARK_API = "sparkoperator.k8s.io/v1beta2"
+SPARK_VERSION = "4.2.0"
+"""PySpark's version in the `gregor-spark` image (pyproject.toml pins it)."""
+APPLICATION = "local:///opt/gregor/retention_audit.py"
+"""The audit as spark-submit's Python application, inside the `gregor-spark` image."""
+LOGGING = "-Dlog4j2.configurationFile=file:/opt/gregor/log4j2.properties"
+SCHEDULED_LABEL = "sparkoperator.k8s.io/scheduled-app-name"
+"""On a ScheduledSparkApplication's runs: the Spark operator counts those it carries for
+`Forbid` and prunes them to the history limits, so a requested run carries it too."""
+APP_NAME_LABEL = "sparkoperator.k8s.io/app-name"
+"""On a SparkApplication's driver and executor pods: the application's name."""
+RESULT_ENV = "GREGOR_AUDIT_RESULT"
+"""The driver's environment variable naming where it leaves its result (gregor_audit.result)."""
+REPORT_GROUP = 10001
+"""The `gregor-spark` image's group: the report claim's files belong to it (`fsGroup`)."""
+MAX_SPARK_NAME = 36
+"""The scheduled runs are named `<cluster>-audit-<19 digits>`, and their drivers
+`<run>-driver`, which must fit in 63 characters."""
+UNCLAIMED_S = 300
+"""How long a SparkApplication may go without a state before the cluster's status asks
+whether a Spark operator watches its namespace."""
+_FINISHED = frozenset({"COMPLETED", "FAILED"})
+
+
+def _spark_pods(target: Target, audit: RetentionAudit, role: str) -> dict[str, Any]:
+    pods = audit.driver if role == "driver" else audit.executors
+    spec: dict[str, Any] = {"cores": pods.cores, "memory": pods.memory, "labels": _labels(target)}
+    if pods.request_cores is not None:
+        spec["coreRequest"] = pods.request_cores
+    if audit.reports.uri is None:
+        spec["volumeMounts"] = [{"name": "report", "mountPath": REPORTS_MOUNT}]
+        spec["podSecurityContext"] = {
+            "fsGroup": REPORT_GROUP,
+            "fsGroupChangePolicy": "OnRootMismatch",
+        }
+    if role == "executor":
+        return spec | {"instances": audit.executors.instances}
+    result = {
+        "namespace": target.namespace,
+        "labels": _labels(target) | {RESULT_LABEL: "true"},
+        "owner": {"apiVersion": SPARK_API, "kind": "SparkApplication"},
+    }
+    return spec | {
+        "serviceAccount": audit_name(target.name),
+        # The Spark operator's webhook puts `env` into the pod, as it puts the pod's owner.
+        "env": [
+            {"name": "GREGOR_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            _from_label("GREGOR_RUN", APP_NAME_LABEL),
+        ],
+        "envVars": {RESULT_ENV: json.dumps(result, separators=(",", ":"), sort_keys=True)},
+    }
+
+
+def _spark_application_spec(
+    target: Target, audit: RetentionAudit, image: str, bootstrap: str, topics: Sequence[str]
+) -> dict[str, Any]:
+    """A run as a SparkApplication: what `gregor_audit.submit` gives spark-submit, in the
+    Spark operator's terms. The driver finds its run's name in `$(GREGOR_RUN)` and, through its
+    pod's owner, the SparkApplication its result belongs to."""
+    spec: dict[str, Any] = {
+        "type": "Python",
+        "pythonVersion": "3",
+        "mode": "cluster",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "mainApplicationFile": APPLICATION,
+        "arguments": _audit_arguments(audit, bootstrap, topics, run="$(GREGOR_RUN)"),
+        "sparkVersion": SPARK_VERSION,
+        "restartPolicy": {"type": "Never"},
+        "sparkConf": {
+            "spark.ui.enabled": "false",
+            "spark.sql.debug.maxToStringFields": "200",
+            "spark.kubernetes.driver.service.deleteOnTermination": "true",
+            "spark.kubernetes.executor.deleteOnTermination": "true",
+            "spark.driver.extraJavaOptions": LOGGING,
+            "spark.executor.extraJavaOptions": LOGGING,
+        },
+        "driver": _spark_pods(target, audit, "driver"),
+        "executor": _spark_pods(target, audit, "executor"),
+    }
+    if audit.reports.uri is None:
+        spec["volumes"] = [
+            {"name": "report", "persistentVolumeClaim": {"claimName": _claim_name(target)}}
+        ]
+    return spec
+
+
+def _scheduled_application(
+    target: Target,
+    audit: RetentionAudit,
+    image: str,
+    bootstrap: str,
+    topics: Sequence[str],
+) -> dict[str, Any]:
+    return {
+        "apiVersion": SPARK_API,
+        "kind": "ScheduledSparkApplication",
+        # Without `gregor.dev/cluster`: its runs, and their pods, carry its labels.
+        "metadata": owned_metadata(target, audit_name(target.name), _labels(target)),
+        "spec": {
+            "schedule": audit.schedule,
+            "suspend": audit.suspend or not topics,
+            "concurrencyPolicy": "Forbid",
+            "successfulRunHistoryLimit": audit.history_limit,
+            "failedRunHistoryLimit": audit.history_limit,
+            "template": _spark_application_spec(target, audit, image, bootstrap, topics),
+        },
+    }
+
+
+def _requested_application(
+    target: Target,
+    audit: RetentionAudit,
+    image: str,
+    bootstrap: str,
+    topics: Sequence[str],
+    *,
+    owner_uid: str,
+    request: str,
+) -> dict[str, Any]:
+    """A requested run as its ScheduledSparkApplication's own: owned by it and labelled as its
+    runs are, so that `Forbid` holds its schedule while it runs and its history keeps it."""
+    name = audit_name(target.name)
+    return {
+        "apiVersion": SPARK_API,
+        "kind": "SparkApplication",
+        "metadata": {
+            "name": _requested_name(target, request),
+            "namespace": target.namespace,
+            "labels": _labels(target) | {SCHEDULED_LABEL: name},
+            "annotations": {REQUEST_ANNOTATION: request},
+            "ownerReferences": [
+                {
+                    "apiVersion": SPARK_API,
+                    "kind": "ScheduledSparkApplication",
+                    "name": name,
+                    "uid": owner_uid,
+                    "blockOwnerDeletion": False,
+                }
+            ],
+        },
+        "spec": _spark_application_spec(target, audit, image, bootstrap, topics),
+    }
+
+
+def spark_run(
+    application: Mapping[str, Any], result: Mapping[str, Any] | None, *, age_s: float
+) -> Run:
+    """A SparkApplication of the cluster's audit as a run."""
+    metadata = application["metadata"]
+    state = (application.get("status") or {}).get("applicationState") or {}
+    name = str(metadata["name"])
+    now = str(state.get("state") or "")
+    return Run(
+        name=name,
+        created=str(metadata.get("creationTimestamp") or ""),
+        active=now not in _FINISHED and not metadata.get("deletionTimestamp"),
+        failed=now == "FAILED",
+        result=result,
+        requested=REQUEST_ANNOTATION in (metadata.get("annotations") or {}),
+        kind="SparkApplication",
+        uid=metadata.get("uid"),
+        age_s=age_s,
+        state=now,
+        why=state.get("errorMessage") or None,
+    )
+
+
+def _stop(target: Target, run: Run, deadline_s: int) -> tuple[str, dict[str, Any]]:
+    """An overdue SparkApplication's driver pod (to delete: the Spark operator then fails the
+    run), and the result that says why (a SparkApplication has no deadline of its own)."""
+    why = f"ran past its deadline ({deadline_s} s) and was stopped"
+    result = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": f"{run.name}-result",
+            "namespace": target.namespace,
+            "labels": _labels(target) | {RESULT_LABEL: "true"},
+            "ownerReferences": [
+                {
+                    "apiVersion": SPARK_API,
+                    "kind": "SparkApplication",
+                    "name": run.name,
+                    "uid": run.uid,
+                    "blockOwnerDeletion": False,
+                }
+            ],
+        },
+        "data": {RESULT_KEY: json.dumps({"error": f"the audit's driver {why}", "topics": {}})},
+    }
+    return f"{run.name}-driver", result
 
 
 def _selected(audit: RetentionAudit, topics: Sequence[TopicRef]) -> list[str]:
@@ -424,7 +662,8 @@ def _requests(
     bootstrap: str,
     scheduled: Sequence[str],
     busy: bool,
-    cron_job_uid: str | None,
+    launcher: str,
+    owner_uid: str | None,
     cluster_request: str | None,
     handled: str | None,
 ) -> _Requests:
@@ -436,7 +675,7 @@ def _requests(
     ]
     pending = [f"KafkaCluster {target.name}"] if wanted_cluster else []
     pending += [f"Topic {t.name}" for t in asking]
-    if not pending or busy or cron_job_uid is None:
+    if not pending or busy or owner_uid is None:
         return _Requests(None, frozenset(), handled, pending, [])
     if wanted_cluster:  # the topics asked for come along, selected or not
         names = sorted(set(scheduled) | {t.kafka_name for t in asking})
@@ -449,9 +688,8 @@ def _requests(
     if not names:
         event = ("Warning", "NothingToAudit", "no topic is selected for the audit")
         return _Requests(None, served, handled, [], [event])
-    job = _requested_job(
-        target, audit, image, bootstrap, names, cron_job_uid=cron_job_uid, request=request
-    )
+    make = _requested_application if launcher == "SparkApplication" else _requested_job
+    job = make(target, audit, image, bootstrap, names, owner_uid=owner_uid, request=request)
     return _Requests(job, served, handled, [], [])
 
 
@@ -500,6 +738,8 @@ def _run_status(
     *,
     scheduled: Sequence[str],
     before: Mapping[str, Any],
+    launcher: str,
+    namespace: str,
 ) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
     """The cluster's `status.retentionAudit`, and an Event when a run failed."""
     active = [r.name for r in ordered if r.active]
@@ -507,13 +747,25 @@ def _run_status(
     last = judged[-1] if judged else None
     successes = [r for r in judged if "error" not in (r.result or {})]
     failed = [r for r in ordered if not r.active and r.result is None and r.failed]
+    unclaimed = [r for r in ordered if r.active and r.state == "" and r.age_s > UNCLAIMED_S]
     error = None
     if failed and (
         last is None or (failed[-1].created, failed[-1].name) > (last.created, last.name)
     ):
-        error = f"{failed[-1].name}: the run failed without a result (see its pods' logs)"
+        run = failed[-1]
+        error = f"{run.name}: " + (
+            f"{run.why} (see its pods' logs)"
+            if run.why
+            else "the run failed without a result (see its pods' logs)"
+        )
     elif last is not None and "error" in (last.result or {}):
         error = f"{last.name}: {(last.result or {})['error']}"
+    if unclaimed:
+        error = (
+            f"{unclaimed[-1].name}: no Spark operator has taken it up in {UNCLAIMED_S} s; is "
+            f"one installed with its webhook, watching namespace {namespace}? (or set "
+            "retentionAudit.launcher: Job)"
+        )
     events = []
     if error is not None and before.get("error") != error:
         events.append(("Warning", "RetentionAuditFailed", error))
@@ -528,8 +780,21 @@ def _run_status(
         "handledRequest": requests.handled,
         "pending": requests.pending or None,
         "error": error,
+        "launcher": launcher,
     }
     return status, events
+
+
+def launcher_of(audit: RetentionAudit, spark_served: bool) -> str:
+    """`Job` or `SparkApplication`: how the cluster's runs are launched."""
+    if audit.launcher == "Auto":
+        return "SparkApplication" if spark_served else "Job"
+    return audit.launcher
+
+
+def _invalid(status: Mapping[str, Any], problem: str) -> AuditPlan:
+    events = [] if status.get("error") == problem else [("Warning", "InvalidSpec", problem)]
+    return AuditPlan([], None, None, {"error": problem}, [], events)
 
 
 def plan_audits(
@@ -543,25 +808,46 @@ def plan_audits(
     status: Mapping[str, Any],
     image: str,
     listener_port: int,
+    spark_served: bool = False,
+    scheduled_uid: str | None = None,
 ) -> AuditPlan | None:
-    """What to do for the cluster's audits; None when it has none (`spec.retentionAudit`)."""
+    """What to do for the cluster's audits; None when it has none (`spec.retentionAudit`).
+
+    `runs` are the Jobs and SparkApplications of the cluster's audit; `cron_job_uid` and
+    `scheduled_uid` its CronJob's and ScheduledSparkApplication's, when they exist;
+    `spark_served`: whether the API server serves SparkApplications."""
     audit = cluster.spec.retention_audit
     if audit is None:
         return None
     name = audit_name(target.name)
+    launcher = launcher_of(audit, spark_served)
     if len(name) > MAX_NAME:
-        problem = (
+        return _invalid(
+            status,
             f"the audit's CronJob {name} would have {len(name)} characters, at most {MAX_NAME}: "
-            "shorten the cluster's name"
+            "shorten the cluster's name",
         )
-        events = [] if status.get("error") == problem else [("Warning", "InvalidSpec", problem)]
-        return AuditPlan([], None, None, {"error": problem}, [], events)
+    if launcher == "SparkApplication" and not spark_served:
+        return _invalid(
+            status,
+            "retentionAudit.launcher is SparkApplication, and the API server does not serve "
+            f"SparkApplications ({SPARK_API}): install the Kubeflow Spark Operator, or set "
+            "launcher to Auto or Job",
+        )
+    if launcher == "SparkApplication" and len(name) > MAX_SPARK_NAME:
+        return _invalid(
+            status,
+            f"the audit's ScheduledSparkApplication {name} would have {len(name)} characters, "
+            f"at most {MAX_SPARK_NAME} (its runs' drivers are named after it): shorten the "
+            "cluster's name, or set retentionAudit.launcher: Job",
+        )
     image = audit.image or image
     bootstrap = bootstrap_address(
         target.name, target.namespace, target.cluster_domain, listener_port
     )
     scheduled = _selected(audit, topics)
     ordered = sorted(runs, key=lambda r: (r.created, r.name))
+    sparks = launcher == "SparkApplication"
     requests = _requests(
         target,
         audit,
@@ -570,15 +856,24 @@ def plan_audits(
         bootstrap=bootstrap,
         scheduled=scheduled,
         busy=any(r.active for r in ordered),
-        cron_job_uid=cron_job_uid,
+        launcher=launcher,
+        owner_uid=scheduled_uid if sparks else cron_job_uid,
         cluster_request=cluster_request,
         handled=status.get("handledRequest"),
     )
     latest: dict[str, tuple[Run, Mapping[str, Any]]] = {}
     for run in ordered:  # each topic: the newest run that judged it
-        for name, entry in ((run.result or {}).get("topics") or {}).items():
-            latest[name] = (run, entry)
-    run_status, failures = _run_status(audit, ordered, requests, scheduled=scheduled, before=status)
+        for topic, entry in ((run.result or {}).get("topics") or {}).items():
+            latest[topic] = (run, entry)
+    run_status, failures = _run_status(
+        audit,
+        ordered,
+        requests,
+        scheduled=scheduled,
+        before=status,
+        launcher=launcher,
+        namespace=target.namespace,
+    )
     updates = _topic_updates(topics, latest, requests.handled_topics)
     written = {u.name: u.status for u in updates}
     shown = {}
@@ -586,9 +881,23 @@ def plan_audits(
         now = written.get(topic.name, topic.status)
         if now.get("verdict"):
             shown[topic.kafka_name] = now
-    hold = requests.job is not None or any(r.active and r.requested for r in ordered)
+    if sparks:
+        schedule = _scheduled_application(target, audit, image, bootstrap, scheduled)
+        retired = [("batch/v1", "CronJob", name)] if cron_job_uid is not None else []
+    else:
+        hold = requests.job is not None or any(r.active and r.requested for r in ordered)
+        schedule = _cron_job(target, audit, image, bootstrap, scheduled, hold=hold)
+        retired = (
+            [(SPARK_API, "ScheduledSparkApplication", name)] if scheduled_uid is not None else []
+        )
+    overdue = audit.deadline_seconds + SUBMITTER_GRACE_S
+    stops = [
+        _stop(target, r, audit.deadline_seconds)
+        for r in ordered
+        if r.kind == "SparkApplication" and r.active and r.age_s > overdue and r.result is None
+    ]
     return AuditPlan(
-        objects=[*_rbac(target), _cron_job(target, audit, image, bootstrap, scheduled, hold=hold)],
+        objects=[*_rbac(target), schedule],
         claim=_claim(target, audit, cluster.spec.delete_claims),
         job=requests.job,
         status=run_status,
@@ -596,4 +905,16 @@ def plan_audits(
         events=[*requests.events, *failures],
         shown=shown,
         last_success=run_status["lastSuccessTime"],
+        retired=retired,
+        stops=stops,
+        pruned=_pruned(ordered, audit.history_limit),
     )
+
+
+def _pruned(ordered: Sequence[Run], limit: int) -> list[str]:
+    """The SparkApplications beyond the newest `limit` of each outcome."""
+    gone = []
+    for state in _FINISHED:
+        ended = [r.name for r in ordered if r.kind == "SparkApplication" and r.state == state]
+        gone += ended[: max(0, len(ended) - limit)]
+    return sorted(gone)

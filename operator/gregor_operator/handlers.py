@@ -386,7 +386,7 @@ def _audits_once(body: kopf.Body) -> None:
         )
         for resource, t in bodies.items()
     ]
-    cron_job_uid, runs = adapter.audit_runs(namespace, name)
+    found_runs = adapter.audit_runs(namespace, name)
     target = Target(
         namespace=namespace,
         name=name,
@@ -399,18 +399,34 @@ def _audits_once(body: kopf.Body) -> None:
         cluster,
         target,
         topics=topics,
-        runs=runs,
-        cron_job_uid=cron_job_uid,
+        runs=found_runs.runs,
+        cron_job_uid=found_runs.cron_job_uid,
+        scheduled_uid=found_runs.scheduled_uid,
+        spark_served=found_runs.spark_served,
         cluster_request=(metadata.get("annotations") or {}).get(AUDIT_ANNOTATION),
         status=status.get("retentionAudit") or {},
         image=SETTINGS.spark_image,
         listener_port=internal[0].port,
     )
     assert found is not None
+    for api_version, kind, retired in found.retired:
+        adapter.delete_schedule(api_version, kind, namespace, retired)
     for document in found.objects:
         adapter.apply(document)
     if found.claim is not None:
         adapter.create(found.claim)
+    for run in found.pruned:
+        adapter.delete_spark_application(namespace, run)
+    for driver, result in found.stops:
+        adapter.create(result)
+        adapter.delete_pod(namespace, driver)
+        stopped = result["metadata"]["name"].removesuffix("-result")
+        kopf.event(
+            body,
+            type="Warning",
+            reason="RetentionAuditStopped",
+            message=f"{stopped}: past its deadline",
+        )
     if found.job is not None and adapter.create(found.job):
         started = f"started {found.job['metadata']['name']}"
         kopf.event(body, type="Normal", reason="RetentionAuditRequested", message=started)

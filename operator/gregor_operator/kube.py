@@ -18,7 +18,17 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from . import GROUP, VERSION
-from .audits import REQUEST_ANNOTATION, RESULT_LABEL, RUN_LABEL, Run, audit_name, result_of
+from .audits import (
+    REQUEST_ANNOTATION,
+    RESULT_LABEL,
+    RUN_LABEL,
+    SPARK_API,
+    AuditRuns,
+    Run,
+    audit_name,
+    result_of,
+    spark_run,
+)
 from .objects import EXTERNAL_LABEL, FIELD_MANAGER, Claims, Role, cluster_id_secret_name
 from .planner import STUCK_REASONS, Observed, PodState, ServiceState, StatefulSetState
 
@@ -167,38 +177,98 @@ class Kube:
             raise
         return True
 
-    def audit_runs(self, namespace: str, cluster: str) -> tuple[str | None, list[Run]]:
-        """The uid of the cluster's audit CronJob (None: there is none yet), and its runs'
-        Jobs with their results."""
-        try:
-            cron_job: Any = self.batch.read_namespaced_cron_job(audit_name(cluster), namespace)
-            uid = str(cron_job.metadata.uid)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            uid = None
+    def audit_runs(self, namespace: str, cluster: str) -> AuditRuns:
+        """The cluster's audit runs with their results: its CronJob's Jobs and, where the API
+        server serves them, its SparkApplications."""
         selector = f"{RUN_LABEL}={cluster}"
-        jobs: list[Any] = self.batch.list_namespaced_job(namespace, label_selector=selector).items
         maps: list[Any] = self.core.list_namespaced_config_map(
             namespace, label_selector=f"{selector},{RESULT_LABEL}=true"
         ).items
         results = {str(m.metadata.name): m.data for m in maps}
+        now = datetime.datetime.now(datetime.UTC)
+        try:
+            cron_job: Any = self.batch.read_namespaced_cron_job(audit_name(cluster), namespace)
+            cron_job_uid = str(cron_job.metadata.uid)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            cron_job_uid = None
+        jobs: list[Any] = self.batch.list_namespaced_job(namespace, label_selector=selector).items
         runs = []
         for job in jobs:
             conditions = (job.status.conditions if job.status else None) or []
             ended = {c.type for c in conditions if c.status == "True"}
             finished = bool(ended & {"Complete", "Failed"})
+            created = job.metadata.creation_timestamp
             runs.append(
                 Run(
                     name=str(job.metadata.name),
-                    created=job.metadata.creation_timestamp.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    created=created.strftime("%Y-%m-%dT%H:%M:%SZ"),
                     active=not finished and job.metadata.deletion_timestamp is None,
                     failed="Failed" in ended,
                     result=result_of(results.get(f"{job.metadata.name}-result")),
                     requested=REQUEST_ANNOTATION in (job.metadata.annotations or {}),
+                    uid=str(job.metadata.uid),
+                    age_s=(now - created).total_seconds(),
                 )
             )
-        return uid, runs
+        custom = client.CustomObjectsApi(self.api)
+        group, version = SPARK_API.split("/")
+        try:
+            found: Any = custom.list_namespaced_custom_object(
+                group, version, namespace, "sparkapplications", label_selector=selector
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            return AuditRuns(cron_job_uid, None, False, runs)  # no Spark operator's CRDs
+        for application in found.get("items", []):
+            name = str(application["metadata"]["name"])
+            created = datetime.datetime.fromisoformat(application["metadata"]["creationTimestamp"])
+            runs.append(
+                spark_run(
+                    application,
+                    result_of(results.get(f"{name}-result")),
+                    age_s=(now - created).total_seconds(),
+                )
+            )
+        try:
+            scheduled: Any = custom.get_namespaced_custom_object(
+                group, version, namespace, "scheduledsparkapplications", audit_name(cluster)
+            )
+            scheduled_uid = str(scheduled["metadata"]["uid"])
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            scheduled_uid = None
+        return AuditRuns(cron_job_uid, scheduled_uid, True, runs)
+
+    def delete_schedule(self, api_version: str, kind: str, namespace: str, name: str) -> None:
+        """Delete the audit's other schedule (a CronJob or a ScheduledSparkApplication) and,
+        in the background, its runs; one already gone is fine."""
+        background = client.V1DeleteOptions(propagation_policy="Background")
+        try:
+            if kind == "CronJob":
+                self.batch.delete_namespaced_cron_job(name, namespace, body=background)
+            else:
+                group, version = api_version.split("/")
+                client.CustomObjectsApi(self.api).delete_namespaced_custom_object(
+                    group, version, namespace, "scheduledsparkapplications", name, body=background
+                )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def delete_spark_application(self, namespace: str, name: str) -> None:
+        """Delete a run (its driver goes with it); one already gone is fine."""
+        group, version = SPARK_API.split("/")
+        try:
+            client.CustomObjectsApi(self.api).delete_namespaced_custom_object(
+                group, version, namespace, "sparkapplications", name
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
 
     def delete_audit(self, namespace: str, cluster: str) -> None:
         """The cluster's audit is off: its CronJob (with its runs, and their pods) and its
@@ -206,6 +276,7 @@ class Kube:
         name = audit_name(cluster)
         background = client.V1DeleteOptions(propagation_policy="Background")
         rbac = client.RbacAuthorizationV1Api(self.api)
+        self.delete_schedule(SPARK_API, "ScheduledSparkApplication", namespace, name)
         for delete in (
             self.batch.delete_namespaced_cron_job,
             rbac.delete_namespaced_role_binding,

@@ -380,6 +380,10 @@ class RetentionAudit(Model):
     """How many finished runs (and their results) are kept, of each outcome."""
     image: str | None = None
     """The `gregor-spark` image; the one released with the operator if unset."""
+    launcher: Literal["Auto", "Job", "SparkApplication"] = "Auto"
+    """How runs are launched: `Job` (a CronJob whose Jobs run spark-submit), `SparkApplication`
+    (a ScheduledSparkApplication of the Kubeflow Spark Operator, with its webhook, watching this
+    namespace), or `Auto`: SparkApplication where its CRD is installed, else Job."""
 
 
 def _default_listeners() -> list[Listener]:
@@ -485,7 +489,7 @@ class AuditRunStatus(Model):
 
     schedule: str | None = None
     active: str | None = None
-    """The run (Job) now running, if any."""
+    """The run (a Job or a SparkApplication) now running, if any."""
     last_run: str | None = None
     """The latest run whose result the operator read."""
     last_run_time: str | None = None
@@ -497,6 +501,8 @@ class AuditRunStatus(Model):
     """Requests waiting for the active run to end."""
     error: str | None = None
     """Why the latest run judged nothing, or why none can run."""
+    launcher: str | None = None
+    """`Job` or `SparkApplication`: how runs are launched now."""
 
 
 class KafkaClusterStatus(Status):
@@ -603,7 +609,7 @@ class TopicAuditStatus(Model):
     """The topic's latest retention audit."""
 
     run: str | None = None
-    """The run (a Job of the cluster's audit) that judged it."""
+    """The run (a Job or a SparkApplication of the cluster's audit) that judged it."""
     time: str | None = None
     """When that run read the topic (RFC 3339)."""
     verdict: Literal["Compliant", "Violations", "Error"] | None = None

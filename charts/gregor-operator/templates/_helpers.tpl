@@ -48,6 +48,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [batch]
   resources: [cronjobs, jobs]
   verbs: [get, list, watch, create, patch, update, delete]
+# ... or, where the Kubeflow Spark Operator is installed, a ScheduledSparkApplication and
+# requested SparkApplications (a cluster without its CRDs answers 404, which means "Jobs") ...
+- apiGroups: [sparkoperator.k8s.io]
+  resources: [scheduledsparkapplications, sparkapplications]
+  verbs: [get, list, watch, create, patch, update, delete]
 # ... under a service account whose Role the operator makes: RBAC lets it grant only what it
 # holds itself, which is what Spark on Kubernetes needs (gregor_operator.audits.SPARK_RULES).
 # Of these, the operator itself deletes pods (a rolling restart, one at a time), reads the

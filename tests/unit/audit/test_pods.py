@@ -237,7 +237,7 @@ def test_an_owned_run_waits_for_its_driver_and_exits_as_the_driver_did(
         "name": "run-1-result",
         "namespace": "kafka",
         "labels": {"gregor.dev/cluster": "c", "gregor.dev/audit-result": "true"},
-        "owner": {"job": "run-1", "uid": "u-1"},
+        "owner": {"apiVersion": "batch/v1", "kind": "Job", "name": "run-1", "uid": "u-1"},
     }
     assert written == ["the audit's driver ended with exit code 137"]
 

@@ -3,22 +3,32 @@ run starts (one per cluster at a time), and what each Topic's status shows of th
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
+from gregor_audit.result import RESULT_ENV as WRITTEN_ENV
 from gregor_audit.result import RESULT_KEY as WRITTEN_KEY
+from gregor_audit.submit import APPLICATION as SUBMITTED_APPLICATION
+from gregor_audit.submit import REPORT_GROUP as SUBMITTED_GROUP
 from gregor_audit.submit import RESULT_LABEL as WRITTEN_LABEL
 from gregor_operator.audits import (
+    APPLICATION,
     AUDIT_CONDITION,
+    REPORT_GROUP,
+    RESULT_ENV,
     RESULT_KEY,
     RESULT_LABEL,
+    SPARK_VERSION,
     AuditPlan,
     Run,
     TopicRef,
     plan_audits,
     result_of,
+    spark_run,
 )
 from gregor_operator.models import KafkaCluster
 from gregor_operator.objects import Target
@@ -49,6 +59,8 @@ def planned(
     request: str | None = None,
     status: dict[str, Any] | None = None,
     cron_job_uid: str | None = "cron-uid",
+    spark_served: bool = False,
+    scheduled_uid: str | None = None,
 ) -> AuditPlan:
     found = plan_audits(
         cluster(**(audit or {})),
@@ -60,6 +72,8 @@ def planned(
         status=status or {},
         image="gregor-spark:dev",
         listener_port=9092,
+        spark_served=spark_served,
+        scheduled_uid=scheduled_uid,
     )
     assert found is not None
     return found
@@ -364,3 +378,194 @@ def test_a_cluster_name_too_long_for_the_cron_job_is_refused_once() -> None:
     assert found.job is None
     assert "at most 52" in found.status["error"]
     assert [e[1] for e in found.events] == ["InvalidSpec"]
+
+
+# -- the Kubeflow Spark Operator's launches ------------------------------------------------------
+
+
+def spark_app(
+    name: str,
+    state: str | None,
+    *,
+    age_s: float = 60.0,
+    requested: bool = False,
+    error: str | None = None,
+) -> Run:
+    application: dict[str, Any] = {
+        "metadata": {
+            "name": name,
+            "uid": f"{name}-uid",
+            "creationTimestamp": f"2026-11-27T18:{len(name):02d}:00Z",
+            "annotations": {"gregor.dev/audit-request": "x"} if requested else {},
+        }
+    }
+    if state is not None:
+        application["status"] = {"applicationState": {"state": state, "errorMessage": error}}
+    return spark_run(application, None, age_s=age_s)
+
+
+def test_the_operator_and_the_image_agree_on_the_application_and_its_result() -> None:
+    assert APPLICATION == SUBMITTED_APPLICATION
+    assert RESULT_ENV == WRITTEN_ENV
+    assert REPORT_GROUP == SUBMITTED_GROUP
+    pinned = (Path(__file__).parents[3] / "pyproject.toml").read_text()
+    assert f"pyspark=={SPARK_VERSION}" in pinned
+
+
+def test_where_the_spark_operator_runs_auto_launches_a_scheduled_spark_application() -> None:
+    found = planned(
+        {"topics": ["orders"], "historyLimit": 2, "reports": {"size": "2Gi"}},
+        spark_served=True,
+        scheduled_uid="s-uid",
+        cron_job_uid="cron-uid",
+    )
+    assert [o["kind"] for o in found.objects] == [
+        "ServiceAccount", "Role", "RoleBinding", "ScheduledSparkApplication",
+    ]  # fmt: skip
+    assert found.retired == [("batch/v1", "CronJob", "gregor-audit")]  # with its Jobs
+    assert found.status["launcher"] == "SparkApplication"
+    scheduled = _kind(found, "ScheduledSparkApplication")
+    assert "gregor.dev/cluster" not in scheduled["metadata"]["labels"]  # its runs' pods get them
+    spec = scheduled["spec"]
+    assert (spec["concurrencyPolicy"], spec["suspend"]) == ("Forbid", False)
+    assert spec["successfulRunHistoryLimit"] == spec["failedRunHistoryLimit"] == 2
+    template = spec["template"]
+    assert template["mainApplicationFile"] == APPLICATION
+    assert template["mode"] == "cluster"
+    arguments = template["arguments"]
+    assert arguments[arguments.index("--output") + 1] == "/reports/$(GREGOR_RUN)"
+    assert arguments[arguments.index("--topic") + 1] == "orders"
+    driver, executor = template["driver"], template["executor"]
+    assert driver["serviceAccount"] == "gregor-audit"
+    assert {"name": "report", "mountPath": "/reports"} in executor["volumeMounts"]
+    assert executor["podSecurityContext"]["fsGroup"] == REPORT_GROUP
+    target = json.loads(driver["envVars"][RESULT_ENV])
+    assert target["owner"] == {
+        "apiVersion": "sparkoperator.k8s.io/v1beta2",
+        "kind": "SparkApplication",
+    }
+    assert "name" not in target  # the driver's pod names its run
+    run = [e for e in driver["env"] if e["name"] == "GREGOR_RUN"]
+    assert run[0]["valueFrom"]["fieldRef"]["fieldPath"] == (
+        "metadata.labels['sparkoperator.k8s.io/app-name']"
+    )
+    assert template["volumes"] == [
+        {"name": "report", "persistentVolumeClaim": {"claimName": "gregor-audit-reports"}}
+    ]
+
+
+def test_a_job_launcher_retires_the_scheduled_spark_application() -> None:
+    found = planned({"launcher": "Job"}, spark_served=True, scheduled_uid="s-uid")
+    assert found.retired == [
+        ("sparkoperator.k8s.io/v1beta2", "ScheduledSparkApplication", "gregor-audit")
+    ]
+    assert _kind(found, "CronJob")["spec"]["suspend"] is False
+    assert (
+        planned({"launcher": "Job"}).retired == []
+    )  # Auto without the CRDs: Jobs, nothing to retire
+
+
+def test_asking_for_spark_applications_where_none_are_served_is_an_error_naming_the_fix() -> None:
+    found = planned({"launcher": "SparkApplication"})
+    assert found.objects == []
+    assert found.job is None
+    assert "does not serve SparkApplications" in found.status["error"]
+    assert found.events[0][1] == "InvalidSpec"
+    again = planned({"launcher": "SparkApplication"}, status=found.status)
+    assert again.events == []  # said once
+
+
+def test_a_cluster_name_too_long_for_the_spark_applications_runs_is_refused() -> None:
+    long = Target(namespace="kafka", name="g" * 31, uid="u", cluster_id="c")
+    found = plan_audits(
+        cluster(),
+        long,
+        topics=TOPICS,
+        runs=[],
+        cron_job_uid=None,
+        cluster_request=None,
+        status={},
+        image="i",
+        listener_port=9092,
+        spark_served=True,
+    )
+    assert found is not None
+    assert found.objects == []
+    assert "at most 36" in found.status["error"]
+    assert "launcher: Job" in found.status["error"]
+
+
+def test_a_request_becomes_a_spark_application_of_the_schedule_and_waits_for_a_running_one() -> (
+    None
+):
+    busy = planned(
+        request="now",
+        spark_served=True,
+        scheduled_uid="s-uid",
+        runs=[spark_app("gregor-audit-1", "RUNNING")],
+    )
+    assert busy.job is None
+    assert busy.status["pending"] == ["KafkaCluster gregor"]
+    assert busy.status["active"] == "gregor-audit-1"
+    free = planned(
+        request="now",
+        spark_served=True,
+        scheduled_uid="s-uid",
+        runs=[spark_app("gregor-audit-1", "COMPLETED")],
+    )
+    job = free.job
+    assert job is not None
+    assert job["kind"] == "SparkApplication"
+    metadata = job["metadata"]
+    # Labelled and owned as the schedule's own runs, so Forbid holds the schedule meanwhile and
+    # the history limits take it in turn.
+    assert metadata["labels"]["sparkoperator.k8s.io/scheduled-app-name"] == "gregor-audit"
+    assert metadata["ownerReferences"][0]["uid"] == "s-uid"
+    assert _kind(free, "ScheduledSparkApplication")["spec"]["suspend"] is False  # no hold needed
+    assert planned(request="now", spark_served=True).job is None  # no schedule to own it yet
+
+
+def test_a_spark_application_nobody_takes_up_says_where_to_look() -> None:
+    found = planned(spark_served=True, runs=[spark_app("gregor-audit-1", None, age_s=301)])
+    assert "no Spark operator has taken it up" in found.status["error"]
+    assert "namespace kafka" in found.status["error"]
+    assert (
+        planned(spark_served=True, runs=[spark_app("gregor-audit-1", None, age_s=30)]).status[
+            "error"
+        ]
+        is None
+    )
+
+
+def test_a_failed_spark_application_shows_the_spark_operators_reason() -> None:
+    failed = spark_app("gregor-audit-1", "FAILED", error="driver container failed with ExitCode: 1")
+    found = planned(spark_served=True, runs=[failed])
+    assert found.status["error"] == (
+        "gregor-audit-1: driver container failed with ExitCode: 1 (see its pods' logs)"
+    )
+    assert found.events == [("Warning", "RetentionAuditFailed", found.status["error"])]
+
+
+def test_an_overdue_spark_application_is_stopped_with_a_result_saying_so() -> None:
+    audit = {"deadlineSeconds": 600}
+    late = spark_app("gregor-audit-1", "RUNNING", age_s=600 + 121)
+    found = planned(audit, spark_served=True, runs=[late])
+    ((driver, result_map),) = found.stops
+    assert driver == "gregor-audit-1-driver"
+    assert result_map["metadata"]["name"] == "gregor-audit-1-result"
+    assert result_map["metadata"]["labels"][RESULT_LABEL] == "true"
+    assert result_map["metadata"]["ownerReferences"][0]["uid"] == "gregor-audit-1-uid"
+    assert "past its deadline (600 s)" in json.loads(result_map["data"][RESULT_KEY])["error"]
+    on_time = spark_app("gregor-audit-1", "RUNNING", age_s=600)
+    assert planned(audit, spark_served=True, runs=[on_time]).stops == []
+
+
+def test_finished_spark_applications_past_the_history_limit_are_pruned_per_outcome() -> None:
+    runs = [
+        spark_app("gregor-audit-a", "COMPLETED"),
+        spark_app("gregor-audit-bb", "COMPLETED"),
+        spark_app("gregor-audit-ccc", "FAILED"),
+        spark_app("gregor-audit-dddd", "RUNNING"),
+    ]
+    assert planned({"historyLimit": 1}, spark_served=True, runs=runs).pruned == ["gregor-audit-a"]
+    assert planned({"historyLimit": 2}, spark_served=True, runs=runs).pruned == []
