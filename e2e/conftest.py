@@ -22,7 +22,7 @@ import pytest
 import yaml
 from kubernetes import client, config
 
-from localkube.build import ensure_binaries
+from localkube.build import ensure_binaries, spark_operator_binary
 from localkube.cluster import load_images, up
 from localkube.images import (
     PROJECT_TAG,
@@ -117,7 +117,7 @@ def spark_operator_image(kubeconfig: Path, spark_image: str) -> str:
     module on `gregor-spark`, and loaded."""
     if os.environ.get(EXTERNAL):
         return f"{SPARK_OPERATOR_IMAGE}:{SPARK_OPERATOR_VERSION}"
-    binary = ensure_binaries(log=lambda _: None, only=["spark-operator"]).spark_operator
+    binary = spark_operator_binary(log=lambda _: None)
     ref = build_spark_operator_image(binary, SPARK_OPERATOR_VERSION, spark_image)
     _load([ref], kubeconfig)
     return ref

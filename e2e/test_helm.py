@@ -602,7 +602,7 @@ def _check_verdicts(kubectl: Kubectl, apps: str, run: str) -> None:
 
     def judged(name: str) -> dict[str, Any] | None:
         status = _audit_status(kubectl, apps, name)
-        return status if status.get("verdict") else None
+        return status if status.get("run") == run else None  # not an older run's
 
     def compliant(name: str, wanted: str) -> bool:
         found = condition(get(kubectl, apps, "topic", name) or {}, "RetentionCompliant")

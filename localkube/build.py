@@ -61,7 +61,6 @@ class Binaries:
     local_path_provisioner: Path
     pause: Path
     helm: Path
-    spark_operator: Path
 
 
 @dataclass(frozen=True)
@@ -194,6 +193,15 @@ def components() -> tuple[Component, ...]:
             binaries=(Binary("helm", "helm.sh/helm/v3/cmd/helm", ("version", "--short")),),
             ldflags_x=(("helm.sh/helm/v3/internal/version.version", versions.HELM_VERSION),),
         ),
+        _kubernetes(),
+    )
+
+
+def extras() -> tuple[Component, ...]:
+    """Components the local cluster itself does not need, built when asked for (by name, or by
+    `python -m localkube.build` with none): the Kubeflow Spark Operator, whose SparkApplications
+    the e2e tier launches retention audits through."""
+    return (
         GoComponent(
             name="spark-operator",
             version=versions.SPARK_OPERATOR_VERSION,
@@ -213,7 +221,6 @@ def components() -> tuple[Component, ...]:
                 ),
             ),
         ),
-        _kubernetes(),
     )
 
 
@@ -252,7 +259,8 @@ def ensure_binaries(
     failed.
     """
     root = (cache if cache is not None else cache_dir()) / "localkube"
-    wanted = [c for c in components() if only is None or c.name in only]
+    every = (*components(), *extras())
+    wanted = [c for c in every if c.name in only] if only is not None else list(components())
     missing = [c for c in wanted if not is_built(root, c)]
     if missing:
         root.mkdir(parents=True, exist_ok=True)
@@ -273,9 +281,18 @@ def built_binaries(cache: Path | None = None) -> Binaries | None:
     return _binaries(root)
 
 
+def spark_operator_binary(cache: Path | None = None, log: Callable[[str], None] = print) -> Path:
+    """The Kubeflow Spark Operator's binary, built if missing."""
+    ensure_binaries(cache, log, only=["spark-operator"])
+    root = (cache if cache is not None else cache_dir()) / "localkube"
+    (component,) = extras()
+    return component_home(root, component) / "bin" / "spark-operator"
+
+
 def spark_operator_chart(cache: Path | None = None) -> Path:
     """The Kubeflow Spark Operator's Helm chart, from the Go module its binary is built from
-    (so build it first: `ensure_binaries(only=["spark-operator"])`)."""
+    (built here if missing, as that fetches the module)."""
+    spark_operator_binary(cache, log=lambda _: None)
     root = (cache if cache is not None else cache_dir()) / "localkube"
     module = f"github.com/kubeflow/spark-operator/v2@{versions.SPARK_OPERATOR_VERSION}"
     chart = root / "go" / "pkg" / "mod" / module / "charts" / "spark-operator-chart"
@@ -318,7 +335,6 @@ def _binaries(root: Path) -> Binaries:
         local_path_provisioner=paths["local-path-provisioner"],
         pause=paths["pause"],
         helm=paths["helm"],
-        spark_operator=paths["spark-operator"],
     )
 
 
@@ -464,7 +480,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """`python -m localkube.build [COMPONENT ...]`: build every component, or those named
     (`make install` builds `helm` alone), and print where each binary is."""
     names = list(sys.argv[1:] if argv is None else argv)
-    known = {c.name: c for c in components()}
+    known = {c.name: c for c in (*components(), *extras())}
     unknown = [name for name in names if name not in known]
     if unknown:
         print(f"unknown component {', '.join(unknown)}: one of {', '.join(known)}", file=sys.stderr)
@@ -474,6 +490,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         binaries = ensure_binaries(
             log=lambda line: print(line, file=sys.stderr, flush=True), only=names or None
         )
+        if not names:  # everything: the cluster's and the extras (CI's warm-up)
+            ensure_binaries(
+                log=lambda line: print(line, file=sys.stderr, flush=True),
+                only=[c.name for c in extras()],
+            )
     except BuildError as exc:
         print(exc, file=sys.stderr)
         return 1

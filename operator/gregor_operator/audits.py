@@ -8,12 +8,12 @@ and its executors are pods, owned by the Job). A request (the `gregor.dev/audit-
 annotation on the cluster, or on a `Topic` for that topic) becomes a Job owned by the CronJob,
 started only when no run is active, so one audit runs per cluster at a time and a request
 during a run waits; a cluster's request covers its topics' requests. Each run's driver leaves a
-compact result in a ConfigMap owned by the run's Job (gregor_audit.result); each topic's status
+compact result in a ConfigMap owned by its run (gregor_audit.result); each topic's status
 shows the newest result that judged it, with the `RetentionCompliant` condition and an Event
-when its verdict changes. Where the Kubeflow Spark Operator's CRDs are installed (`launcher`
-`Auto`, or `SparkApplication`), the schedule is a ScheduledSparkApplication and a request a
-SparkApplication of its own, and the operator does what a Job's deadline and the CronJob's
-history did (ADR 0026). It is pure, like the planners. What it must never do: call
+when its verdict changes. Where the Kubeflow Spark Operator runs (`launcher: Auto` once one
+takes up the schedule, or `SparkApplication`), the schedule is a ScheduledSparkApplication and
+a request a SparkApplication of its own, and the operator does what a Job's deadline and the
+CronJob's history did (ADR 0026). It is pure, like the planners. What it must never do: call
 Kubernetes, or judge a topic itself (the audit does).
 """
 
@@ -23,7 +23,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from .models import KafkaCluster, RetentionAudit
 from .objects import Target, bootstrap_address, cluster_labels, owned_metadata
@@ -39,7 +39,9 @@ __all__ = [
     "RUN_LABEL",
     "AuditPlan",
     "AuditRuns",
+    "Launcher",
     "Run",
+    "Stop",
     "TopicRef",
     "TopicUpdate",
     "audit_name",
@@ -101,7 +103,8 @@ class TopicRef:
 
 @dataclass(frozen=True, slots=True)
 class Run:
-    """A Job of the cluster's audit, and its result if the driver left one."""
+    """A run of the cluster's audit (a Job or a SparkApplication), and its result if the
+    driver left one."""
 
     name: str
     created: str
@@ -125,14 +128,20 @@ class Run:
 
 @dataclass(frozen=True, slots=True)
 class AuditRuns:
-    """What the API server holds of a cluster's audit runs."""
+    """What the API server holds of a cluster's audit: its schedules and its runs."""
 
-    cron_job_uid: str | None
-    scheduled_uid: str | None
-    """Its ScheduledSparkApplication's."""
-    spark_served: bool
-    """Whether the API server serves SparkApplications (the Spark operator's CRDs)."""
-    runs: list[Run]
+    runs: list[Run] = field(default_factory=list)
+    cron_job_uid: str | None = None
+    spark_served: bool = False
+    """Whether the operator may use SparkApplications here (their CRDs are installed, and it
+    may list them)."""
+    spark_problem: str | None = None
+    """Why it may not, when the CRDs are there."""
+    scheduled_uid: str | None = None
+    """Its ScheduledSparkApplication's, when it has one."""
+    scheduled_state: str = ""
+    """That one's `status.scheduleState`: empty until a Spark operator takes it up."""
+    scheduled_age_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +152,17 @@ class TopicUpdate:
     status: dict[str, Any]
     condition: ConditionState | None
     event: tuple[str, str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """An overdue SparkApplication (a SparkApplication has no deadline of its own): its driver
+    pod to delete (the Spark operator then fails the run), or, when no Spark operator took it up,
+    the run itself; and the result saying why, unless the run left one."""
+
+    run: str
+    driver: str | None
+    result: dict[str, Any] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,8 +184,8 @@ class AuditPlan:
     last_success: str | None = None
     retired: list[tuple[str, str, str]] = field(default_factory=list)
     """`(apiVersion, kind, name)`: the other launcher's schedule, to delete (with its runs)."""
-    stops: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    """Overdue SparkApplications: the driver pod to delete, and the result saying why."""
+    stops: list[Stop] = field(default_factory=list)
+    """Overdue SparkApplications."""
     pruned: list[str] = field(default_factory=list)
     """Finished SparkApplications past the history limit, to delete (the Spark operator
     prunes only when its schedule starts a run)."""
@@ -490,7 +510,11 @@ def _scheduled_application(
     image: str,
     bootstrap: str,
     topics: Sequence[str],
+    *,
+    hold: bool,
 ) -> dict[str, Any]:
+    """`hold`: a requested run is starting or active (the Spark operator's `Forbid` counts it,
+    from a cache that may not have it yet)."""
     return {
         "apiVersion": SPARK_API,
         "kind": "ScheduledSparkApplication",
@@ -498,7 +522,7 @@ def _scheduled_application(
         "metadata": owned_metadata(target, audit_name(target.name), _labels(target)),
         "spec": {
             "schedule": audit.schedule,
-            "suspend": audit.suspend or not topics,
+            "suspend": audit.suspend or not topics or hold,
             "concurrencyPolicy": "Forbid",
             "successfulRunHistoryLimit": audit.history_limit,
             "failedRunHistoryLimit": audit.history_limit,
@@ -561,14 +585,23 @@ def spark_run(
         uid=metadata.get("uid"),
         age_s=age_s,
         state=now,
-        why=state.get("errorMessage") or None,
+        why=_shortened(str(state.get("errorMessage") or "")) or None,
     )
 
 
-def _stop(target: Target, run: Run, deadline_s: int) -> tuple[str, dict[str, Any]]:
-    """An overdue SparkApplication's driver pod (to delete: the Spark operator then fails the
-    run), and the result that says why (a SparkApplication has no deadline of its own)."""
-    why = f"ran past its deadline ({deadline_s} s) and was stopped"
+def _shortened(message: str, limit: int = 600) -> str:
+    """A message fit for a status: spark-submit's whole stderr can be the Spark operator's
+    `errorMessage`; its start and its end say what failed."""
+    words = " ".join(message.split())
+    if len(words) <= limit:
+        return words
+    return f"{words[: limit // 3]} … {words[-(2 * limit) // 3 :]}"
+
+
+def _stop(target: Target, run: Run, deadline_s: int) -> Stop:
+    why = f"the audit's driver ran past its deadline ({deadline_s} s) and was stopped"
+    if run.state == "":
+        why = f"no Spark operator took the run up within its deadline ({deadline_s} s)"
     result = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -586,9 +619,13 @@ def _stop(target: Target, run: Run, deadline_s: int) -> tuple[str, dict[str, Any
                 }
             ],
         },
-        "data": {RESULT_KEY: json.dumps({"error": f"the audit's driver {why}", "topics": {}})},
+        "data": {RESULT_KEY: json.dumps({"error": why, "topics": {}})},
     }
-    return f"{run.name}-driver", result
+    return Stop(
+        run=run.name,
+        driver=None if run.state == "" else f"{run.name}-driver",
+        result=result if run.result is None else None,
+    )
 
 
 def _selected(audit: RetentionAudit, topics: Sequence[TopicRef]) -> list[str]:
@@ -738,7 +775,7 @@ def _run_status(
     *,
     scheduled: Sequence[str],
     before: Mapping[str, Any],
-    launcher: str,
+    launcher: Launcher,
     namespace: str,
 ) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
     """The cluster's `status.retentionAudit`, and an Event when a run failed."""
@@ -746,26 +783,31 @@ def _run_status(
     judged = [r for r in ordered if r.result is not None]
     last = judged[-1] if judged else None
     successes = [r for r in judged if "error" not in (r.result or {})]
-    failed = [r for r in ordered if not r.active and r.result is None and r.failed]
+    # A finished run without a result: failed before its driver could write one, or (a
+    # SparkApplication) its driver could not write it.
+    silent = [r for r in ordered if not r.active and r.result is None and (r.failed or r.state)]
     unclaimed = [r for r in ordered if r.active and r.state == "" and r.age_s > UNCLAIMED_S]
     error = None
-    if failed and (
-        last is None or (failed[-1].created, failed[-1].name) > (last.created, last.name)
+    if silent and (
+        last is None or (silent[-1].created, silent[-1].name) > (last.created, last.name)
     ):
-        run = failed[-1]
-        error = f"{run.name}: " + (
-            f"{run.why} (see its pods' logs)"
-            if run.why
-            else "the run failed without a result (see its pods' logs)"
-        )
+        run = silent[-1]
+        if run.why:
+            error = f"{run.name}: {run.why} (see its pods' logs)"
+        elif run.failed:
+            error = f"{run.name}: the run failed without a result (see its pods' logs)"
+        else:
+            error = (
+                f"{run.name}: the run ended without a result: its driver could not write it "
+                "(the Spark operator's webhook gives the driver its SparkApplication owner: is "
+                "it enabled?)"
+            )
     elif last is not None and "error" in (last.result or {}):
         error = f"{last.name}: {(last.result or {})['error']}"
     if unclaimed:
-        error = (
-            f"{unclaimed[-1].name}: no Spark operator has taken it up in {UNCLAIMED_S} s; is "
-            f"one installed with its webhook, watching namespace {namespace}? (or set "
-            "retentionAudit.launcher: Job)"
-        )
+        error = f"{unclaimed[-1].name}: {_unclaimed(namespace)}"
+    elif launcher.problem is not None:
+        error = launcher.problem
     events = []
     if error is not None and before.get("error") != error:
         events.append(("Warning", "RetentionAuditFailed", error))
@@ -776,20 +818,64 @@ def _run_status(
         "active": active[-1] if active else None,
         "lastRun": last.name if last else None,
         "lastRunTime": (last.result or {}).get("audited_at") if last else None,
-        "lastSuccessTime": (successes[-1].result or {}).get("audited_at") if successes else None,
+        # The older runs go with the history (or a change of launcher): the time stays.
+        "lastSuccessTime": (
+            (successes[-1].result or {}).get("audited_at")
+            if successes
+            else before.get("lastSuccessTime")
+        ),
         "handledRequest": requests.handled,
         "pending": requests.pending or None,
         "error": error,
-        "launcher": launcher,
+        "launcher": launcher.kind,
+        "note": launcher.note,
     }
     return status, events
 
 
-def launcher_of(audit: RetentionAudit, spark_served: bool) -> str:
-    """`Job` or `SparkApplication`: how the cluster's runs are launched."""
-    if audit.launcher == "Auto":
-        return "SparkApplication" if spark_served else "Job"
-    return audit.launcher
+def _unclaimed(namespace: str) -> str:
+    return (
+        f"no Spark operator has taken it up in {UNCLAIMED_S} s: is one installed with its "
+        f"webhook, watching namespace {namespace}? (or set retentionAudit.launcher: Job)"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Launcher:
+    kind: Literal["Job", "SparkApplication"]
+    note: str | None = None
+    """Why `Auto` chose Jobs though SparkApplications are served."""
+    problem: str | None = None
+    """Why runs cannot start (the cluster's `status.retentionAudit.error`)."""
+
+
+def launcher_of(audit: RetentionAudit, name: str, namespace: str, found: AuditRuns) -> Launcher:
+    """How the cluster's runs are launched. `Auto` takes SparkApplications where they are
+    served and a Spark operator takes up the schedule (an unwatched namespace keeps Jobs)."""
+    unclaimed = found.scheduled_uid is not None and (
+        found.scheduled_state == "" and found.scheduled_age_s > UNCLAIMED_S
+    )
+    if audit.launcher == "Job":
+        return Launcher("Job")
+    if audit.launcher == "SparkApplication":
+        if unclaimed and not audit.suspend:
+            return Launcher(
+                "SparkApplication",
+                problem=f"ScheduledSparkApplication {name}: {_unclaimed(namespace)}",
+            )
+        return Launcher("SparkApplication")
+    if not found.spark_served or len(name) > MAX_SPARK_NAME:
+        return Launcher("Job")
+    if unclaimed:
+        return Launcher(
+            "Job",
+            note=(
+                f"SparkApplications are served, and no Spark operator has taken up "
+                f"ScheduledSparkApplication {name} in {UNCLAIMED_S} s: runs are Jobs until one "
+                f"does (one watching namespace {namespace}, with its webhook)"
+            ),
+        )
+    return Launcher("SparkApplication")
 
 
 def _invalid(status: Mapping[str, Any], problem: str) -> AuditPlan:
@@ -802,52 +888,46 @@ def plan_audits(
     target: Target,
     *,
     topics: Sequence[TopicRef],
-    runs: Sequence[Run],
-    cron_job_uid: str | None,
+    found: AuditRuns,
     cluster_request: str | None,
     status: Mapping[str, Any],
     image: str,
     listener_port: int,
-    spark_served: bool = False,
-    scheduled_uid: str | None = None,
 ) -> AuditPlan | None:
-    """What to do for the cluster's audits; None when it has none (`spec.retentionAudit`).
-
-    `runs` are the Jobs and SparkApplications of the cluster's audit; `cron_job_uid` and
-    `scheduled_uid` its CronJob's and ScheduledSparkApplication's, when they exist;
-    `spark_served`: whether the API server serves SparkApplications."""
+    """What to do for the cluster's audits; None when it has none (`spec.retentionAudit`)."""
     audit = cluster.spec.retention_audit
     if audit is None:
         return None
     name = audit_name(target.name)
-    launcher = launcher_of(audit, spark_served)
     if len(name) > MAX_NAME:
         return _invalid(
             status,
             f"the audit's CronJob {name} would have {len(name)} characters, at most {MAX_NAME}: "
             "shorten the cluster's name",
         )
-    if launcher == "SparkApplication" and not spark_served:
+    if audit.launcher == "SparkApplication" and not found.spark_served:
+        why = found.spark_problem or f"the API server does not serve them ({SPARK_API})"
         return _invalid(
             status,
-            "retentionAudit.launcher is SparkApplication, and the API server does not serve "
-            f"SparkApplications ({SPARK_API}): install the Kubeflow Spark Operator, or set "
-            "launcher to Auto or Job",
+            f"retentionAudit.launcher is SparkApplication, and the operator cannot use "
+            f"SparkApplications: {why}. Install the Kubeflow Spark Operator (and give the "
+            "operator its chart's rules), or set launcher to Auto or Job",
         )
-    if launcher == "SparkApplication" and len(name) > MAX_SPARK_NAME:
+    if audit.launcher == "SparkApplication" and len(name) > MAX_SPARK_NAME:
         return _invalid(
             status,
             f"the audit's ScheduledSparkApplication {name} would have {len(name)} characters, "
             f"at most {MAX_SPARK_NAME} (its runs' drivers are named after it): shorten the "
             "cluster's name, or set retentionAudit.launcher: Job",
         )
+    launcher = launcher_of(audit, name, target.namespace, found)
+    sparks = launcher.kind == "SparkApplication"
     image = audit.image or image
     bootstrap = bootstrap_address(
         target.name, target.namespace, target.cluster_domain, listener_port
     )
     scheduled = _selected(audit, topics)
-    ordered = sorted(runs, key=lambda r: (r.created, r.name))
-    sparks = launcher == "SparkApplication"
+    ordered = sorted(found.runs, key=lambda r: (r.created, r.name))
     requests = _requests(
         target,
         audit,
@@ -856,8 +936,8 @@ def plan_audits(
         bootstrap=bootstrap,
         scheduled=scheduled,
         busy=any(r.active for r in ordered),
-        launcher=launcher,
-        owner_uid=scheduled_uid if sparks else cron_job_uid,
+        launcher=launcher.kind,
+        owner_uid=found.scheduled_uid if sparks else found.cron_job_uid,
         cluster_request=cluster_request,
         handled=status.get("handledRequest"),
     )
@@ -881,23 +961,29 @@ def plan_audits(
         now = written.get(topic.name, topic.status)
         if now.get("verdict"):
             shown[topic.kafka_name] = now
-    if sparks:
-        schedule = _scheduled_application(target, audit, image, bootstrap, scheduled)
-        retired = [("batch/v1", "CronJob", name)] if cron_job_uid is not None else []
-    else:
-        hold = requests.job is not None or any(r.active and r.requested for r in ordered)
-        schedule = _cron_job(target, audit, image, bootstrap, scheduled, hold=hold)
-        retired = (
-            [(SPARK_API, "ScheduledSparkApplication", name)] if scheduled_uid is not None else []
+    hold = requests.job is not None or any(r.active and r.requested for r in ordered)
+    schedules = []
+    retired = []
+    if sparks or (found.spark_served and audit.launcher == "Auto" and len(name) <= MAX_SPARK_NAME):
+        # Under Auto, kept while runs are Jobs, for a Spark operator to take up.
+        schedules.append(
+            _scheduled_application(target, audit, image, bootstrap, scheduled, hold=sparks and hold)
         )
+    elif found.scheduled_uid is not None:
+        retired.append((SPARK_API, "ScheduledSparkApplication", name))
+    if sparks:
+        if found.cron_job_uid is not None:
+            retired.append(("batch/v1", "CronJob", name))
+    else:
+        schedules.append(_cron_job(target, audit, image, bootstrap, scheduled, hold=hold))
     overdue = audit.deadline_seconds + SUBMITTER_GRACE_S
     stops = [
         _stop(target, r, audit.deadline_seconds)
         for r in ordered
-        if r.kind == "SparkApplication" and r.active and r.age_s > overdue and r.result is None
+        if r.kind == "SparkApplication" and r.active and r.age_s > overdue
     ]
     return AuditPlan(
-        objects=[*_rbac(target), schedule],
+        objects=[*_rbac(target), *schedules],
         claim=_claim(target, audit, cluster.spec.delete_claims),
         job=requests.job,
         status=run_status,

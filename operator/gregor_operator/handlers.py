@@ -370,7 +370,8 @@ def _audits_once(body: kopf.Body) -> None:
         return  # the planner says why
     status = body.get("status") or {}
     adapter = kube()
-    if cluster.spec.retention_audit is None:
+    audit = cluster.spec.retention_audit
+    if audit is None:
         if status.get("retentionAudit"):
             _audit_off(namespace, name)
         return
@@ -386,7 +387,6 @@ def _audits_once(body: kopf.Body) -> None:
         )
         for resource, t in bodies.items()
     ]
-    found_runs = adapter.audit_runs(namespace, name)
     target = Target(
         namespace=namespace,
         name=name,
@@ -399,34 +399,21 @@ def _audits_once(body: kopf.Body) -> None:
         cluster,
         target,
         topics=topics,
-        runs=found_runs.runs,
-        cron_job_uid=found_runs.cron_job_uid,
-        scheduled_uid=found_runs.scheduled_uid,
-        spark_served=found_runs.spark_served,
+        found=adapter.audit_runs(namespace, name),
         cluster_request=(metadata.get("annotations") or {}).get(AUDIT_ANNOTATION),
         status=status.get("retentionAudit") or {},
         image=SETTINGS.spark_image,
         listener_port=internal[0].port,
     )
     assert found is not None
-    for api_version, kind, retired in found.retired:
-        adapter.delete_schedule(api_version, kind, namespace, retired)
     for document in found.objects:
         adapter.apply(document)
     if found.claim is not None:
         adapter.create(found.claim)
-    for run in found.pruned:
-        adapter.delete_spark_application(namespace, run)
-    for driver, result in found.stops:
-        adapter.create(result)
-        adapter.delete_pod(namespace, driver)
-        stopped = result["metadata"]["name"].removesuffix("-result")
-        kopf.event(
-            body,
-            type="Warning",
-            reason="RetentionAuditStopped",
-            message=f"{stopped}: past its deadline",
-        )
+    # The other launcher's schedule goes once this one's is in place.
+    for api_version, kind, retired in found.retired:
+        adapter.delete_schedule(api_version, kind, namespace, retired)
+    # Before the statuses say its requests were handled (its name is the request's).
     if found.job is not None and adapter.create(found.job):
         started = f"started {found.job['metadata']['name']}"
         kopf.event(body, type="Normal", reason="RetentionAuditRequested", message=started)
@@ -436,6 +423,18 @@ def _audits_once(body: kopf.Body) -> None:
         if update.event is not None:
             kind, reason, message = update.event
             kopf.event(kopf.Body(topic), type=kind, reason=reason, message=message)  # type: ignore[arg-type]
+    for stop in found.stops:
+        if stop.result is not None:
+            adapter.create(stop.result)
+        if stop.driver is not None:
+            adapter.delete_pod(namespace, stop.driver)
+        else:
+            adapter.delete_spark_application(namespace, stop.run)
+        message = f"{stop.run}: past its deadline ({audit.deadline_seconds} s)"
+        kopf.event(body, type="Warning", reason="RetentionAuditStopped", message=message)
+    # After the topics' statuses took what the pruned runs' results said.
+    for run in found.pruned:
+        adapter.delete_spark_application(namespace, run)
     for kind, reason, message in found.events:
         kopf.event(body, type=kind, reason=reason, message=message)
     shown = {key: value for key, value in found.status.items() if value is not None}

@@ -178,13 +178,10 @@ class Kube:
         return True
 
     def audit_runs(self, namespace: str, cluster: str) -> AuditRuns:
-        """The cluster's audit runs with their results: its CronJob's Jobs and, where the API
-        server serves them, its SparkApplications."""
+        """The cluster's audit: its CronJob's Jobs and, where the API server serves them and
+        the operator may list them, its SparkApplications, with their results (read after
+        them, so a run seen finished has its result read too)."""
         selector = f"{RUN_LABEL}={cluster}"
-        maps: list[Any] = self.core.list_namespaced_config_map(
-            namespace, label_selector=f"{selector},{RESULT_LABEL}=true"
-        ).items
-        results = {str(m.metadata.name): m.data for m in maps}
         now = datetime.datetime.now(datetime.UTC)
         try:
             cron_job: Any = self.batch.read_namespaced_cron_job(audit_name(cluster), namespace)
@@ -194,6 +191,24 @@ class Kube:
                 raise
             cron_job_uid = None
         jobs: list[Any] = self.batch.list_namespaced_job(namespace, label_selector=selector).items
+        custom = client.CustomObjectsApi(self.api)
+        group, version = SPARK_API.split("/")
+        applications: list[dict[str, Any]] = []
+        problem = None
+        try:
+            listed: Any = custom.list_namespaced_custom_object(
+                group, version, namespace, "sparkapplications", label_selector=selector
+            )
+            applications = list(listed.get("items", []))
+        except ApiException as exc:
+            if exc.status not in (403, 404):
+                raise
+            # 404: no Spark operator's CRDs; 403: the operator's rules lack them.
+            problem = f"listing them answered {exc.status} {exc.reason}"
+        maps: list[Any] = self.core.list_namespaced_config_map(
+            namespace, label_selector=f"{selector},{RESULT_LABEL}=true"
+        ).items
+        results = {str(m.metadata.name): m.data for m in maps}
         runs = []
         for job in jobs:
             conditions = (job.status.conditions if job.status else None) or []
@@ -212,36 +227,33 @@ class Kube:
                     age_s=(now - created).total_seconds(),
                 )
             )
-        custom = client.CustomObjectsApi(self.api)
-        group, version = SPARK_API.split("/")
-        try:
-            found: Any = custom.list_namespaced_custom_object(
-                group, version, namespace, "sparkapplications", label_selector=selector
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            return AuditRuns(cron_job_uid, None, False, runs)  # no Spark operator's CRDs
-        for application in found.get("items", []):
+        for application in applications:
             name = str(application["metadata"]["name"])
-            created = datetime.datetime.fromisoformat(application["metadata"]["creationTimestamp"])
             runs.append(
                 spark_run(
                     application,
                     result_of(results.get(f"{name}-result")),
-                    age_s=(now - created).total_seconds(),
+                    age_s=_age(application, now),
                 )
             )
+        if problem is not None:
+            return AuditRuns(runs, cron_job_uid, spark_served=False, spark_problem=problem)
         try:
             scheduled: Any = custom.get_namespaced_custom_object(
                 group, version, namespace, "scheduledsparkapplications", audit_name(cluster)
             )
-            scheduled_uid = str(scheduled["metadata"]["uid"])
         except ApiException as exc:
             if exc.status != 404:
                 raise
-            scheduled_uid = None
-        return AuditRuns(cron_job_uid, scheduled_uid, True, runs)
+            return AuditRuns(runs, cron_job_uid, spark_served=True)
+        return AuditRuns(
+            runs,
+            cron_job_uid,
+            spark_served=True,
+            scheduled_uid=str(scheduled["metadata"]["uid"]),
+            scheduled_state=str((scheduled.get("status") or {}).get("scheduleState") or ""),
+            scheduled_age_s=_age(scheduled, now),
+        )
 
     def delete_schedule(self, api_version: str, kind: str, namespace: str, name: str) -> None:
         """Delete the audit's other schedule (a CronJob or a ScheduledSparkApplication) and,
@@ -256,7 +268,8 @@ class Kube:
                     group, version, namespace, "scheduledsparkapplications", name, body=background
                 )
         except ApiException as exc:
-            if exc.status != 404:
+            # 403: an operator without the Spark operator's rules made none to delete.
+            if exc.status not in (403, 404):
                 raise
 
     def delete_spark_application(self, namespace: str, name: str) -> None:
@@ -296,6 +309,11 @@ class Kube:
     def delete_pod(self, namespace: str, name: str) -> None:
         """Restart a pod (its StatefulSet makes it again); one already gone is fine."""
         _unless_gone(self.core.delete_namespaced_pod, name, namespace)
+
+
+def _age(document: Mapping[str, Any], now: datetime.datetime) -> float:
+    created = datetime.datetime.fromisoformat(document["metadata"]["creationTimestamp"])
+    return (now - created).total_seconds()
 
 
 def _unless_gone(delete: Callable[[str, str], Any], name: str, namespace: str) -> None:

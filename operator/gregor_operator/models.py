@@ -375,7 +375,8 @@ class RetentionAudit(Model):
     executors: SparkExecutors = SparkExecutors()
     reports: AuditReports = AuditReports()
     deadline_seconds: Annotated[int, Field(ge=60, le=86_400)] = 3600
-    """How long a run may take, its driver included, before Kubernetes stops it."""
+    """How long a run may take, its driver included, before it is stopped (by Kubernetes for a
+    Job, by the operator for a SparkApplication)."""
     history_limit: Annotated[int, Field(ge=1, le=20)] = 3
     """How many finished runs (and their results) are kept, of each outcome."""
     image: str | None = None
@@ -503,6 +504,8 @@ class AuditRunStatus(Model):
     """Why the latest run judged nothing, or why none can run."""
     launcher: str | None = None
     """`Job` or `SparkApplication`: how runs are launched now."""
+    note: str | None = None
+    """Why `launcher: Auto` launches Jobs though SparkApplications are served."""
 
 
 class KafkaClusterStatus(Status):

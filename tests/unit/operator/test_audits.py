@@ -24,6 +24,7 @@ from gregor_operator.audits import (
     RESULT_LABEL,
     SPARK_VERSION,
     AuditPlan,
+    AuditRuns,
     Run,
     TopicRef,
     plan_audits,
@@ -61,19 +62,26 @@ def planned(
     cron_job_uid: str | None = "cron-uid",
     spark_served: bool = False,
     scheduled_uid: str | None = None,
+    scheduled_state: str = "Scheduled",
+    scheduled_age_s: float = 60.0,
+    target: Target = TARGET,
 ) -> AuditPlan:
     found = plan_audits(
         cluster(**(audit or {})),
-        TARGET,
+        target,
         topics=topics,
-        runs=runs or [],
-        cron_job_uid=cron_job_uid,
+        found=AuditRuns(
+            runs or [],
+            cron_job_uid,
+            spark_served=spark_served,
+            scheduled_uid=scheduled_uid,
+            scheduled_state=scheduled_state,
+            scheduled_age_s=scheduled_age_s,
+        ),
         cluster_request=request,
         status=status or {},
         image="gregor-spark:dev",
         listener_port=9092,
-        spark_served=spark_served,
-        scheduled_uid=scheduled_uid,
     )
     assert found is not None
     return found
@@ -125,8 +133,7 @@ def test_a_cluster_without_an_audit_has_no_audit_objects() -> None:
             plain,
             TARGET,
             topics=TOPICS,
-            runs=[],
-            cron_job_uid=None,
+            found=AuditRuns(),
             cluster_request=None,
             status={},
             image="i",
@@ -370,7 +377,7 @@ def test_a_topic_asked_for_beside_the_cluster_is_audited_even_if_not_selected() 
 def test_a_cluster_name_too_long_for_the_cron_job_is_refused_once() -> None:
     target = Target(namespace="kafka", name="c" * 47, uid="u", cluster_id="c-id")
     found = plan_audits(
-        cluster(), target, topics=TOPICS, runs=[], cron_job_uid=None, cluster_request="now",
+        cluster(), target, topics=TOPICS, found=AuditRuns(), cluster_request="now",
         status={}, image="i", listener_port=9092,
     )  # fmt: skip
     assert found is not None
@@ -459,37 +466,65 @@ def test_a_job_launcher_retires_the_scheduled_spark_application() -> None:
     assert found.retired == [
         ("sparkoperator.k8s.io/v1beta2", "ScheduledSparkApplication", "gregor-audit")
     ]
+    assert [o["kind"] for o in found.objects][-1] == "CronJob"
     assert _kind(found, "CronJob")["spec"]["suspend"] is False
+    plain = planned(spark_served=False)  # Auto without the Spark operator's CRDs: Jobs only
+    assert plain.status["launcher"] == "Job"
+    assert [o["kind"] for o in plain.objects][-1] == "CronJob"
+    assert plain.retired == []
+
+
+def test_auto_keeps_jobs_until_a_spark_operator_takes_up_the_schedule() -> None:
+    """CRDs are cluster-wide; a Spark operator watches the namespaces it is told to. Under Auto
+    an untaken schedule gives way back to Jobs, and stays there for one to take up."""
+    early = planned(
+        spark_served=True, scheduled_uid="s-uid", scheduled_state="", scheduled_age_s=30
+    )
+    assert early.status["launcher"] == "SparkApplication"
+    untaken = planned(
+        spark_served=True, scheduled_uid="s-uid", scheduled_state="", scheduled_age_s=301
+    )
+    assert untaken.status["launcher"] == "Job"
     assert (
-        planned({"launcher": "Job"}).retired == []
-    )  # Auto without the CRDs: Jobs, nothing to retire
+        "no Spark operator has taken up ScheduledSparkApplication gregor-audit"
+        in (untaken.status["note"])
+    )
+    assert [o["kind"] for o in untaken.objects][-2:] == ["ScheduledSparkApplication", "CronJob"]
+    assert untaken.retired == []
+    assert untaken.status["error"] is None
+    # Asked for by name, an untaken schedule is an error (unless the audit is suspended).
+    asked = planned(
+        {"launcher": "SparkApplication"},
+        spark_served=True,
+        scheduled_uid="s-uid",
+        scheduled_state="",
+        scheduled_age_s=301,
+    )
+    assert asked.status["launcher"] == "SparkApplication"
+    assert "watching namespace kafka" in asked.status["error"]
+    assert asked.events[0][1] == "RetentionAuditFailed"
+
+
+def test_auto_keeps_jobs_for_a_cluster_name_too_long_for_spark_applications() -> None:
+    long = Target(namespace="kafka", name="g" * 31, uid="u", cluster_id="c")
+    found = planned(spark_served=True, target=long)
+    assert found.status["launcher"] == "Job"
+    assert [o["kind"] for o in found.objects][-1] == "CronJob"
 
 
 def test_asking_for_spark_applications_where_none_are_served_is_an_error_naming_the_fix() -> None:
     found = planned({"launcher": "SparkApplication"})
     assert found.objects == []
     assert found.job is None
-    assert "does not serve SparkApplications" in found.status["error"]
+    assert "does not serve them" in found.status["error"]
     assert found.events[0][1] == "InvalidSpec"
     again = planned({"launcher": "SparkApplication"}, status=found.status)
     assert again.events == []  # said once
 
 
-def test_a_cluster_name_too_long_for_the_spark_applications_runs_is_refused() -> None:
+def test_asking_for_spark_applications_by_name_too_long_is_refused() -> None:
     long = Target(namespace="kafka", name="g" * 31, uid="u", cluster_id="c")
-    found = plan_audits(
-        cluster(),
-        long,
-        topics=TOPICS,
-        runs=[],
-        cron_job_uid=None,
-        cluster_request=None,
-        status={},
-        image="i",
-        listener_port=9092,
-        spark_served=True,
-    )
-    assert found is not None
+    found = planned({"launcher": "SparkApplication"}, spark_served=True, target=long)
     assert found.objects == []
     assert "at most 36" in found.status["error"]
     assert "launcher: Job" in found.status["error"]
@@ -498,66 +533,92 @@ def test_a_cluster_name_too_long_for_the_spark_applications_runs_is_refused() ->
 def test_a_request_becomes_a_spark_application_of_the_schedule_and_waits_for_a_running_one() -> (
     None
 ):
-    busy = planned(
-        request="now",
-        spark_served=True,
-        scheduled_uid="s-uid",
-        runs=[spark_app("gregor-audit-1", "RUNNING")],
-    )
+    running = [spark_app("gregor-audit-1", "RUNNING")]
+    busy = planned(request="now", spark_served=True, scheduled_uid="s-uid", runs=running)
     assert busy.job is None
     assert busy.status["pending"] == ["KafkaCluster gregor"]
     assert busy.status["active"] == "gregor-audit-1"
-    free = planned(
-        request="now",
-        spark_served=True,
-        scheduled_uid="s-uid",
-        runs=[spark_app("gregor-audit-1", "COMPLETED")],
-    )
+    done = [spark_app("gregor-audit-1", "COMPLETED")]
+    free = planned(request="now", spark_served=True, scheduled_uid="s-uid", runs=done)
     job = free.job
     assert job is not None
     assert job["kind"] == "SparkApplication"
     metadata = job["metadata"]
     # Labelled and owned as the schedule's own runs, so Forbid holds the schedule meanwhile and
-    # the history limits take it in turn.
+    # the history limits take it in turn; the schedule is held too, as the Spark operator's
+    # cache may not have the request yet.
     assert metadata["labels"]["sparkoperator.k8s.io/scheduled-app-name"] == "gregor-audit"
     assert metadata["ownerReferences"][0]["uid"] == "s-uid"
-    assert _kind(free, "ScheduledSparkApplication")["spec"]["suspend"] is False  # no hold needed
+    assert _kind(free, "ScheduledSparkApplication")["spec"]["suspend"] is True
+    after = planned(spark_served=True, scheduled_uid="s-uid", runs=done)
+    assert _kind(after, "ScheduledSparkApplication")["spec"]["suspend"] is False
     assert planned(request="now", spark_served=True).job is None  # no schedule to own it yet
 
 
 def test_a_spark_application_nobody_takes_up_says_where_to_look() -> None:
-    found = planned(spark_served=True, runs=[spark_app("gregor-audit-1", None, age_s=301)])
+    found = planned(
+        spark_served=True,
+        scheduled_uid="s-uid",
+        runs=[spark_app("gregor-audit-1", None, age_s=301)],
+    )
     assert "no Spark operator has taken it up" in found.status["error"]
     assert "namespace kafka" in found.status["error"]
-    assert (
-        planned(spark_served=True, runs=[spark_app("gregor-audit-1", None, age_s=30)]).status[
-            "error"
-        ]
-        is None
-    )
+    soon = planned(spark_served=True, runs=[spark_app("gregor-audit-1", None, age_s=30)])
+    assert soon.status["error"] is None
 
 
-def test_a_failed_spark_application_shows_the_spark_operators_reason() -> None:
+def test_a_failed_spark_application_shows_the_spark_operators_reason_shortened() -> None:
     failed = spark_app("gregor-audit-1", "FAILED", error="driver container failed with ExitCode: 1")
     found = planned(spark_served=True, runs=[failed])
     assert found.status["error"] == (
         "gregor-audit-1: driver container failed with ExitCode: 1 (see its pods' logs)"
     )
     assert found.events == [("Warning", "RetentionAuditFailed", found.status["error"])]
+    stderr = (
+        "failed to run spark-submit: " + "WARNING: noise\n" * 500 + "Forbidden: networkpolicies"
+    )
+    long = planned(spark_served=True, runs=[spark_app("gregor-audit-1", "FAILED", error=stderr)])
+    assert len(long.status["error"]) < 700
+    assert long.status["error"].startswith("gregor-audit-1: failed to run spark-submit")
+    assert "Forbidden: networkpolicies" in long.status["error"]
+
+
+def test_a_spark_application_that_ends_without_a_result_names_the_webhook() -> None:
+    found = planned(spark_served=True, runs=[spark_app("gregor-audit-1", "COMPLETED")])
+    assert "ended without a result" in found.status["error"]
+    assert "webhook" in found.status["error"]
 
 
 def test_an_overdue_spark_application_is_stopped_with_a_result_saying_so() -> None:
     audit = {"deadlineSeconds": 600}
     late = spark_app("gregor-audit-1", "RUNNING", age_s=600 + 121)
-    found = planned(audit, spark_served=True, runs=[late])
-    ((driver, result_map),) = found.stops
-    assert driver == "gregor-audit-1-driver"
-    assert result_map["metadata"]["name"] == "gregor-audit-1-result"
-    assert result_map["metadata"]["labels"][RESULT_LABEL] == "true"
-    assert result_map["metadata"]["ownerReferences"][0]["uid"] == "gregor-audit-1-uid"
-    assert "past its deadline (600 s)" in json.loads(result_map["data"][RESULT_KEY])["error"]
+    (stop,) = planned(audit, spark_served=True, runs=[late]).stops
+    assert stop.driver == "gregor-audit-1-driver"
+    assert stop.result is not None
+    metadata = stop.result["metadata"]
+    assert metadata["name"] == "gregor-audit-1-result"
+    assert metadata["labels"][RESULT_LABEL] == "true"
+    assert metadata["ownerReferences"][0]["uid"] == "gregor-audit-1-uid"
+    assert "past its deadline (600 s)" in json.loads(stop.result["data"][RESULT_KEY])["error"]
     on_time = spark_app("gregor-audit-1", "RUNNING", age_s=600)
     assert planned(audit, spark_served=True, runs=[on_time]).stops == []
+
+
+def test_an_overdue_run_is_stopped_even_after_its_result_and_an_untaken_one_is_deleted() -> None:
+    audit = {"deadlineSeconds": 600}
+    hung = Run(
+        "gregor-audit-1", "2026-11-27T18:00:00Z", active=True,
+        result=result(("orders", "Compliant")), kind="SparkApplication", uid="u", age_s=800,
+        state="RUNNING",
+    )  # fmt: skip
+    (stop,) = planned(audit, spark_served=True, runs=[hung]).stops
+    assert stop.driver == "gregor-audit-1-driver"
+    assert stop.result is None  # its own result stays
+    untaken = spark_app("gregor-audit-2", None, age_s=800)
+    (stop,) = planned(audit, spark_served=True, runs=[untaken]).stops
+    assert stop.driver is None  # no driver: the run itself goes
+    assert stop.result is not None
+    assert "no Spark operator took the run up" in stop.result["data"][RESULT_KEY]
 
 
 def test_finished_spark_applications_past_the_history_limit_are_pruned_per_outcome() -> None:
@@ -569,3 +630,11 @@ def test_finished_spark_applications_past_the_history_limit_are_pruned_per_outco
     ]
     assert planned({"historyLimit": 1}, spark_served=True, runs=runs).pruned == ["gregor-audit-a"]
     assert planned({"historyLimit": 2}, spark_served=True, runs=runs).pruned == []
+
+
+def test_the_time_of_the_last_success_outlives_the_runs() -> None:
+    before = {"lastSuccessTime": "2026-11-26T03:00:00+00:00"}
+    assert planned(status=before).status["lastSuccessTime"] == before["lastSuccessTime"]
+    newer = Run("r2", "2026-11-27T03:00:00Z", active=False, result=result(("orders", "Compliant")))
+    shown = planned(status=before, runs=[newer]).status["lastSuccessTime"]
+    assert shown == "2026-11-27T18:00:00+00:00"
