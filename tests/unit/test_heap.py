@@ -51,8 +51,8 @@ def test_the_survivors_of_a_full_collection_are_frozen(
     frozen = gc.get_freeze_count()
     assert frozen > 0
     assert not gc.is_tracked(survivor) or all(o is not survivor for o in gc.get_objects())
-    gc.collect(0)  # a young collection freezes nothing
-    assert gc.get_freeze_count() == frozen
+    gc.collect(0)  # a young collection freezes nothing (frozen objects may still die: their
+    assert gc.get_freeze_count() <= frozen  # reference counts drop, in any thread)
 
 
 def test_frozen_garbage_is_freed_after_the_rescan(policy: tuple[HeapPolicy, Clock]) -> None:
