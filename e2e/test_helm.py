@@ -15,7 +15,7 @@ import json
 import secrets
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -570,6 +570,39 @@ def _watch_run(
         time.sleep(2)
 
 
+def _scheduled_run_ran(kubectl: Kubectl, namespace: str, run: str, kind: str = "job") -> None:
+    """The scheduled run ends well, its driver and an executor seen running."""
+    seen = _watch_run(kubectl, namespace, run, kind)
+    assert ("driver", "Running") in seen, seen
+    assert ("executor", "Running") in seen, seen
+
+
+def _requested_run_ran(
+    kubectl: Kubectl,
+    namespace: str,
+    scheduled: str,
+    runs: Callable[[], list[str]],
+    kind: str = "job",
+) -> str:
+    """Once the scheduled run ended, the waiting request runs (the other of `runs()`), with an
+    executor, and every crafted topic's status names it. Returns its name."""
+    requested = str(
+        eventually(
+            f"the requested run ({kind})", lambda: [r for r in runs() if r != scheduled], timeout=60
+        )[0]
+    )
+    seen = _watch_run(kubectl, namespace, requested, kind)
+    assert ("executor", "Running") in seen, seen
+    eventually(
+        "the topics judged by the requested run",
+        lambda: all(
+            _audit_status(kubectl, namespace, name).get("run") == requested for name in AUDIT_TOPICS
+        ),
+        timeout=60,
+    )
+    return requested
+
+
 def _audit_status(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
     topic = get(kubectl, namespace, "topic", name) or {}
     return dict((topic.get("status") or {}).get("retentionAudit") or {})
@@ -690,30 +723,14 @@ def test_retention_audits_run_on_schedule_and_on_request_as_spark_on_kubernetes(
     assert not _finished(get(kubectl, apps, "job", scheduled) or {}), "the run ended early"
     assert [j["metadata"]["name"] for j in _audit_jobs(kubectl, apps)] == [scheduled]
 
-    seen = _watch_run(kubectl, apps, scheduled)
-    assert ("driver", "Running") in seen, seen
-    assert ("executor", "Running") in seen, seen
+    _scheduled_run_ran(kubectl, apps, scheduled)
     _record("retention_audit_scheduled_run_s", time.monotonic() - started)
     _check_verdicts(kubectl, apps, scheduled)
-
-    # Once it ended, the request runs.
-    requested = eventually(
-        "the requested run",
-        lambda: [
-            j["metadata"]["name"]
-            for j in _audit_jobs(kubectl, apps)
-            if j["metadata"]["name"] != scheduled
-        ],
-        timeout=60,
-    )[0]
-    seen = _watch_run(kubectl, apps, requested)
-    assert ("executor", "Running") in seen, seen
-    eventually(
-        "the topics judged by the requested run",
-        lambda: all(
-            _audit_status(kubectl, apps, name).get("run") == requested for name in AUDIT_TOPICS
-        ),
-        timeout=60,
+    requested = _requested_run_ran(
+        kubectl,
+        apps,
+        scheduled,
+        lambda: [j["metadata"]["name"] for j in _audit_jobs(kubectl, apps)],
     )
 
     # Nothing is left behind: the executors went with their runs, and the history limit (1)
@@ -874,28 +891,14 @@ def test_retention_audits_run_as_spark_applications_where_the_spark_operator_run
     assert status["pending"] == ["KafkaCluster gregor"], status
     assert status["launcher"] == "SparkApplication", status
 
-    seen = _watch_run(kubectl, apps, scheduled, kind="sparkapplication")
-    assert ("driver", "Running") in seen, seen
-    assert ("executor", "Running") in seen, seen
+    _scheduled_run_ran(kubectl, apps, scheduled, kind="sparkapplication")
     _check_verdicts(kubectl, apps, scheduled)
-
-    requested = eventually(
-        "the requested SparkApplication",
-        lambda: [
-            a["metadata"]["name"]
-            for a in _spark_applications(kubectl, apps)
-            if a["metadata"]["name"] != scheduled
-        ],
-        timeout=60,
-    )[0]
-    seen = _watch_run(kubectl, apps, requested, kind="sparkapplication")
-    assert ("executor", "Running") in seen, seen
-    eventually(
-        "the topics judged by the requested SparkApplication",
-        lambda: all(
-            _audit_status(kubectl, apps, name).get("run") == requested for name in AUDIT_TOPICS
-        ),
-        timeout=60,
+    requested = _requested_run_ran(
+        kubectl,
+        apps,
+        scheduled,
+        lambda: [a["metadata"]["name"] for a in _spark_applications(kubectl, apps)],
+        kind="sparkapplication",
     )
 
     # The history limit (1) takes the scheduled run, its driver (owned by it) and its result.

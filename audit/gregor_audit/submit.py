@@ -50,6 +50,7 @@ from typing import Any
 
 __all__ = [
     "APPLICATION",
+    "LOGGING",
     "RESULT_LABEL",
     "Submission",
     "driver_outcome",

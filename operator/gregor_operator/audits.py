@@ -422,7 +422,8 @@ SPARK_VERSION = "4.2.0"
 """PySpark's version in the `gregor-spark` image (pyproject.toml pins it)."""
 APPLICATION = "local:///opt/gregor/retention_audit.py"
 """The audit as spark-submit's Python application, inside the `gregor-spark` image."""
-LOGGING = "-Dlog4j2.configurationFile=file:/opt/gregor/log4j2.properties"
+LOGGING = "/opt/gregor/log4j2.properties"
+"""The audit's logging for Spark's JVMs, inside the `gregor-spark` image."""
 SCHEDULED_LABEL = "sparkoperator.k8s.io/scheduled-app-name"
 """On a ScheduledSparkApplication's runs: the Spark operator counts those it carries for
 `Forbid` and prunes them to the history limits, so a requested run carries it too."""
@@ -491,8 +492,8 @@ def _spark_application_spec(
             "spark.sql.debug.maxToStringFields": "200",
             "spark.kubernetes.driver.service.deleteOnTermination": "true",
             "spark.kubernetes.executor.deleteOnTermination": "true",
-            "spark.driver.extraJavaOptions": LOGGING,
-            "spark.executor.extraJavaOptions": LOGGING,
+            "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOGGING}",
+            "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOGGING}",
         },
         "driver": _spark_pods(target, audit, "driver"),
         "executor": _spark_pods(target, audit, "executor"),

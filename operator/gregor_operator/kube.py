@@ -275,13 +275,14 @@ class Kube:
     def delete_spark_application(self, namespace: str, name: str) -> None:
         """Delete a run (its driver goes with it); one already gone is fine."""
         group, version = SPARK_API.split("/")
-        try:
-            client.CustomObjectsApi(self.api).delete_namespaced_custom_object(
-                group, version, namespace, "sparkapplications", name
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        custom = client.CustomObjectsApi(self.api)
+        _unless_gone(
+            lambda run, where: custom.delete_namespaced_custom_object(
+                group, version, where, "sparkapplications", run
+            ),
+            name,
+            namespace,
+        )
 
     def delete_audit(self, namespace: str, cluster: str) -> None:
         """The cluster's audit is off: its CronJob (with its runs, and their pods) and its

@@ -13,11 +13,13 @@ from pydantic import ValidationError
 from gregor_audit.result import RESULT_ENV as WRITTEN_ENV
 from gregor_audit.result import RESULT_KEY as WRITTEN_KEY
 from gregor_audit.submit import APPLICATION as SUBMITTED_APPLICATION
+from gregor_audit.submit import LOGGING as SUBMITTED_LOGGING
 from gregor_audit.submit import REPORT_GROUP as SUBMITTED_GROUP
 from gregor_audit.submit import RESULT_LABEL as WRITTEN_LABEL
 from gregor_operator.audits import (
     APPLICATION,
     AUDIT_CONDITION,
+    LOGGING,
     REPORT_GROUP,
     RESULT_ENV,
     RESULT_KEY,
@@ -413,6 +415,7 @@ def spark_app(
 
 def test_the_operator_and_the_image_agree_on_the_application_and_its_result() -> None:
     assert APPLICATION == SUBMITTED_APPLICATION
+    assert LOGGING == SUBMITTED_LOGGING
     assert RESULT_ENV == WRITTEN_ENV
     assert REPORT_GROUP == SUBMITTED_GROUP
     pinned = (Path(__file__).parents[3] / "pyproject.toml").read_text()
