@@ -24,11 +24,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import types
 import typing
+import urllib.parse
 from bisect import bisect_left
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol, Union
 
 from prometheus_client import CollectorRegistry, PlatformCollector, ProcessCollector
@@ -456,13 +458,21 @@ class BrokerMetrics(Collector):
 Readiness = Callable[[], str | None]
 """Why the node is not ready to serve (None: it is)."""
 
+Route = Callable[[Mapping[str, list[str]]], tuple[int, Any]]
+"""A JSON resource: given the query's parameters, an HTTP status and what to encode."""
+
+_STATUS_TEXT = {200: "OK", 400: "Bad Request", 503: "Service Unavailable"}
+
 
 _TEXT = "text/plain; charset=utf-8"
 
 
 class MetricsEndpoint:
-    """`GET /metrics` over HTTP/1.1 on the event loop (one request per connection), and the
-    probes Kubernetes asks: `/livez` (the event loop answers) and `/readyz` (`readiness`)."""
+    """`GET /metrics` over HTTP/1.1 on the event loop (one request per connection), the
+    probes Kubernetes asks: `/livez` (the event loop answers) and `/readyz` (`readiness`), and
+    the JSON resources in `routes` (`/v1/state`, `/v1/restart-verdict`). It serves from the
+    node's first moments, before its logs are loaded: `registry` and `readiness` are set again
+    once the node has more to say."""
 
     READ_TIMEOUT_S = 10.0
     """A scraper that has not sent its request head by then is dropped."""
@@ -473,9 +483,11 @@ class MetricsEndpoint:
         host: str,
         port: int,
         readiness: Readiness = lambda: None,
+        routes: Mapping[str, Route] | None = None,
     ) -> None:
-        self._registry = registry
-        self._readiness = readiness
+        self.registry = registry
+        self.readiness = readiness
+        self.routes = dict(routes or {})
         self._host = host or None
         self._port = port
         self._server: asyncio.Server | None = None
@@ -519,15 +531,18 @@ class MetricsEndpoint:
     def _answer(self, head: str) -> tuple[str, str, bytes]:
         lines = head.split("\r\n")
         method, _, rest = lines[0].partition(" ")
-        path = rest.partition(" ")[0].partition("?")[0]
-        if path not in ("/metrics", "/livez", "/readyz"):
-            return "404 Not Found", _TEXT, b"see /metrics, /livez or /readyz\n"
+        path, _, query = rest.partition(" ")[0].partition("?")
+        if path not in ("/metrics", "/livez", "/readyz", *self.routes):
+            known = ", ".join(("/metrics", "/livez", "/readyz", *sorted(self.routes)))
+            return "404 Not Found", _TEXT, f"see {known}\n".encode()
         if method != "GET":
             return "405 Method Not Allowed", _TEXT, b"use GET\n"
         if path == "/livez":
             return "200 OK", _TEXT, b"ok\n"
+        if path in self.routes:
+            return self._json(self.routes[path], query)
         if path == "/readyz":
-            reason = self._readiness()
+            reason = self.readiness()
             if reason is None:
                 return "200 OK", _TEXT, b"ready\n"
             return "503 Service Unavailable", _TEXT, f"not ready: {reason}\n".encode()
@@ -538,7 +553,17 @@ class MetricsEndpoint:
                 accept = value.strip()
         encoder, content_type = choose_encoder(accept)
         try:
-            return "200 OK", content_type, encoder(self._registry)
+            return "200 OK", content_type, encoder(self.registry)
         except Exception:
             log.exception("collecting metrics failed")
             return "500 Internal Server Error", _TEXT, b"see the log\n"
+
+    @staticmethod
+    def _json(route: Route, query: str) -> tuple[str, str, bytes]:
+        try:
+            code, document = route(urllib.parse.parse_qs(query))
+            body = json.dumps(document, indent=2, sort_keys=True).encode() + b"\n"
+        except Exception:
+            log.exception("answering a JSON resource failed")
+            return "500 Internal Server Error", _TEXT, b"see the log\n"
+        return f"{code} {_STATUS_TEXT.get(code, 'Unknown')}", "application/json", body

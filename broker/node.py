@@ -15,10 +15,13 @@ import dataclasses
 import logging
 import signal
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
+from broker import restarts
 from broker.compaction import run_cleaner
 from broker.config import BrokerConfig, InvalidConfig
 from broker.forwarding import FORWARDED_APIS, Forwarding
@@ -172,6 +175,10 @@ class Node:
         self.fetchers: ReplicaFetchers | None = None
         self.metrics: BrokerMetrics | None = None
         self._metrics_endpoint: MetricsEndpoint | None = None
+        self.phase = "starting"
+        """What the node is doing (`/v1/state`): starting (replaying the metadata log),
+        recovering (loading its logs), registering (with the controller, until unfenced),
+        running, pending-controlled-shutdown, stopping."""
         self._housekeeping: asyncio.Task[None] | None = None
         self._isr_checks: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
@@ -187,6 +194,8 @@ class Node:
             self.logs.lock()
         except StorageError as exc:
             raise NodeError(str(exc)) from None
+        if self.config.metrics_listener is not None:
+            await self._serve_http(*self.config.metrics_listener)
         metadata = self.metadata = MetadataService(
             self.config,
             self.clock,
@@ -203,28 +212,9 @@ class Node:
             )
             await self.controller_server.start()
         await metadata.start()
+        replicas = await self._load_logs(metadata, now)
+        self.phase = "registering"
         image = metadata.image
-        # On a thread: ten thousand logs take seconds to load, and the quorum (this node may
-        # be a voter) goes on being served meanwhile. Nothing else touches the logs yet.
-        await asyncio.to_thread(
-            self.logs.startup,
-            now_ms=now,
-            configs={name: metadata.topic_log_config(name) for name in image.topics},
-        )
-        self._logs_loaded = True
-        replicas = self.replicas = ReplicaManager(
-            self.config.node_id,
-            self.logs,
-            image,
-            metadata.topic_log_config,
-            self.clock,
-            create_in_background=True,
-        )
-        replicas.min_insync_replicas = metadata.min_insync_replicas
-        for topic in image.topics.values():
-            for index, partition in topic.partitions.items():
-                replicas.apply(PartitionChanged(topic, index, partition))
-        replicas.remove_strays()
         metadata.subscribers.append(replicas.apply)
         self._follow_leaders(replicas, metadata)
         group_clock = steady_clock_ms()
@@ -251,8 +241,8 @@ class Node:
         dispatcher.forwarder = self.forwarding.forward
         dispatcher.forwarded_apis = FORWARDED_APIS
         self.state.forwarding = self.forwarding
-        if self.config.metrics_listener is not None:
-            await self._serve_metrics(replicas, *self.config.metrics_listener)
+        if self._metrics_endpoint is not None:
+            self._serve_metrics(replicas, self._metrics_endpoint)
             assert self.metrics is not None
             dispatcher.observer = self.metrics.request_done
         self.server = BrokerServer(self.config, dispatcher)
@@ -279,7 +269,36 @@ class Node:
             )
         await self.server.serve()
         self._start_background(replicas)
+        self.phase = "running"
         return bound
+
+    async def _load_logs(self, metadata: MetadataService, now: int) -> ReplicaManager:
+        """Load (recovering where needed) the logs of the partitions the metadata assigns
+        here, and the replica manager that serves them."""
+        image = metadata.image
+        self.phase = "recovering"
+        # On a thread: ten thousand logs take seconds to load, and the quorum (this node may
+        # be a voter) goes on being served meanwhile. Nothing else touches the logs yet.
+        await asyncio.to_thread(
+            self.logs.startup,
+            now_ms=now,
+            configs={name: metadata.topic_log_config(name) for name in image.topics},
+        )
+        self._logs_loaded = True
+        replicas = self.replicas = ReplicaManager(
+            self.config.node_id,
+            self.logs,
+            image,
+            metadata.topic_log_config,
+            self.clock,
+            create_in_background=True,
+        )
+        replicas.min_insync_replicas = metadata.min_insync_replicas
+        for topic in image.topics.values():
+            for index, partition in topic.partitions.items():
+                replicas.apply(PartitionChanged(topic, index, partition))
+        replicas.remove_strays()
+        return replicas
 
     def _online_directory_ids(self) -> tuple[uuid.UUID, ...]:
         """The directory ids this broker registers: its log dirs that are online."""
@@ -404,9 +423,27 @@ class Node:
         )
         return dataclasses.replace(config, num_partitions=len(offsets.partitions))
 
-    async def _serve_metrics(self, replicas: ReplicaManager, host: str, port: int) -> None:
-        """Start the Prometheus endpoint before the Kafka listeners, so a port that is taken
-        stops the node before any client is served."""
+    async def _serve_http(self, host: str, port: int) -> None:
+        """The HTTP listener, from before the logs load: a slow recovery answers `/livez` (so
+        Kubernetes does not kill it) and says how far it has got (`/v1/state`). A port that
+        is taken stops the node before anything is loaded."""
+        self._metrics_endpoint = MetricsEndpoint(
+            CollectorRegistry(),
+            host,
+            port,
+            self._not_ready,
+            routes={"/v1/state": self._state, "/v1/restart-verdict": self._restart_verdict},
+        )
+        try:
+            bound = await self._metrics_endpoint.start()
+        except OSError as exc:
+            self._metrics_endpoint = None
+            raise NodeError(
+                f"gregor.metrics.listener=http://{host}:{port}: cannot listen: {exc}"
+            ) from None
+        log.info("serving Prometheus metrics on http://%s:%d/metrics", host or "0.0.0.0", bound)
+
+    def _serve_metrics(self, replicas: ReplicaManager, endpoint: MetricsEndpoint) -> None:
         roles = self.config.process_roles
         metadata = self.metadata
         assert metadata is not None
@@ -416,25 +453,81 @@ class Node:
             metadata=metadata,
         )
         replicas.on_append = metrics.appended
-        self._metrics_endpoint = MetricsEndpoint(metrics.registry, host, port, self._not_ready)
+        endpoint.registry = metrics.registry
+
+    def _state(self, _query: Mapping[str, list[str]]) -> tuple[int, dict[str, Any]]:
+        """`/v1/state`: what the node is doing, and while it loads its logs how many are
+        left."""
+        state: dict[str, Any] = {
+            "nodeId": self.config.node_id,
+            "roles": sorted(self.config.process_roles),
+            "state": self.phase,
+        }
+        if self.phase == "recovering":
+            loading = self.logs.loading
+            state["logs"] = {
+                "loaded": loading.loaded,
+                "total": loading.total,
+                "left": max(loading.total - loading.loaded, 0),
+                "recoveringDirs": list(loading.recovering),
+            }
+        return 200, state
+
+    def _restart_verdict(self, query: Mapping[str, list[str]]) -> tuple[int, dict[str, Any]]:
+        """`/v1/restart-verdict?nodes=1,2`: whether those nodes may stop together now
+        (`broker.restarts`); this node's own id when `nodes` is not given. 503 until the node
+        is ready (`/readyz`): before, or while fenced or without a quorum leader, its
+        metadata may be behind the cluster's."""
         try:
-            bound = await self._metrics_endpoint.start()
-        except OSError as exc:
-            raise NodeError(
-                f"gregor.metrics.listener=http://{host}:{port}: cannot listen: {exc}"
-            ) from None
-        log.info("serving Prometheus metrics on http://%s:%d/metrics", host or "0.0.0.0", bound)
+            nodes = [int(n) for v in query.get("nodes", []) for n in v.split(",") if n.strip()]
+        except ValueError:
+            return 400, {"error": "nodes: a comma-separated list of node ids"}
+        not_ready = self._not_ready()
+        if not_ready is not None or self.metadata is None:
+            said = f"node {self.config.node_id} is not ready: {not_ready}"
+            return 503, {"error": said, "safe": False}
+        metadata = self.metadata
+        return 200, restarts.verdict(
+            lambda: restarts.partition_views(metadata.image, metadata.min_insync_replicas),
+            self._quorum_view(metadata),
+            nodes or [self.config.node_id],
+        )
+
+    def _quorum_view(self, metadata: MetadataService) -> restarts.QuorumView | None:
+        driver = metadata.driver
+        if not driver.voters:
+            return None
+        leader = driver.leader
+        caught_up: frozenset[int] = frozenset()
+        if driver.is_active and leader is not None:
+            status = driver.status()
+            caught_up = restarts.caught_up_voters(
+                status.voters,
+                leader=leader,
+                high_watermark=status.high_watermark,
+                now_ms=driver.now_ms(),
+                fetch_timeout_ms=self.config.controller_quorum_fetch_timeout_ms,
+            )
+        return restarts.QuorumView(self.config.node_id, leader, tuple(driver.voters), caught_up)
 
     def _not_ready(self) -> str | None:
         """Why the node should not be sent clients or counted as up (`/readyz`), None when
-        it should: a voter's quorum has a leader, and a broker is registered and unfenced. A
-        node answers at all only once it has caught up with the metadata log.
+        it should: the node has started (its logs loaded), a voter's quorum has a leader,
+        and a broker is registered and unfenced.
 
         A broker-only node stays ready while the quorum elects a leader, as a Kafka broker
         keeps serving through a controller failover: otherwise restarting the active
         controller would take every broker out of its Service at once."""
-        metadata = self.metadata
         roles = self.config.process_roles
+        starting = self.phase == "registering" and "broker" not in roles
+        if starting or self.phase in (
+            "starting",
+            "recovering",
+            "stopping",
+            "pending-controlled-shutdown",
+        ):
+            return self._state_text()
+        metadata = self.metadata
         if metadata is None or ("controller" in roles and metadata.driver.leader is None):
             return "the metadata quorum has no leader"
         if "broker" not in roles:
@@ -447,6 +540,12 @@ class Node:
         if self.server is None or not self.server.serving:
             return "not listening"
         return None
+
+    def _state_text(self) -> str:
+        if self.phase == "recovering":
+            loading = self.logs.loading
+            return f"recovering its logs: {loading.loaded} of {loading.total} loaded"
+        return self.phase
 
     def _offsets_log(self, partition: int) -> Log | None:
         assert self.replicas is not None
@@ -559,8 +658,10 @@ class Node:
         return {key: p.high_watermark for key, p in self.state.replicas.partitions.items()}
 
     async def stop(self) -> None:
+        self.phase = "pending-controlled-shutdown" if self.lifecycle is not None else "stopping"
         if self.lifecycle is not None:
             await self.lifecycle.shut_down()
+        self.phase = "stopping"
         if self.metadata is not None:
             await self.metadata.resign()
         for task in (self._cleaner, self._housekeeping, self._isr_checks, *self._background):

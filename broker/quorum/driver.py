@@ -398,6 +398,10 @@ class QuorumDriver:
         self._submit(propose)
         return await done
 
+    def now_ms(self) -> int:
+        """The quorum's own (monotonic) clock, which `status()`'s fetch times are read by."""
+        return self._clock()
+
     def status(self) -> QuorumStatus:
         core = self._core_or_fail()
         now = self._clock()

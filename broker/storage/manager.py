@@ -130,6 +130,36 @@ class CleaningRound:
     """Set by `swap_cleaned` once every cleaned group is in place."""
 
 
+@dataclass(slots=True)
+class LoadProgress:
+    """How many partition logs `LogManager.startup` has loaded (or tried: a log that fails
+    goes offline) of how many, and the log dirs it recovers so far (no clean-shutdown marker
+    or recovery-point checkpoint: each log's tail is read and checked)."""
+
+    loaded: int = 0
+    total: int = 0
+    recovering: tuple[str, ...] = ()
+
+
+def _partition_dirs(log_dir: Path, reserved: frozenset[str]) -> int:
+    """How many partition directories `log_dir` holds for the manager to load (a quick count
+    before loading them)."""
+    try:
+        children = list(log_dir.iterdir())
+    except OSError:
+        return 0
+    count = 0
+    for child in children:
+        if child.name.endswith((DELETE_DIR_SUFFIX, STRAY_DIR_SUFFIX)) or not child.is_dir():
+            continue
+        try:
+            topic, _ = parse_partition_dir(child.name)
+        except ValueError:
+            continue
+        count += topic not in reserved
+    return count
+
+
 @dataclass
 class _PendingDeletion:
     due_ms: int
@@ -189,6 +219,8 @@ class LogManager:
         """Partitions the cleaner gave up on, and why (Kafka's uncleanable partitions): left
         out of compaction until the partition is recreated or the node restarts."""
         self.cleaning: CleaningRound | None = None
+        self.loading = LoadProgress()
+        """How far `startup` has got (read from other threads: the node's `/v1/state`)."""
         self._flusher = (
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-flush")
             if background_flush
@@ -241,9 +273,12 @@ class LogManager:
         """Lock and load every log dir; `configs` holds per-topic overrides."""
         configs = configs or {}
         self.lock()
-        for log_dir in self.log_dirs:
-            if log_dir in self.offline_dirs:
-                continue
+        online = [d for d in self.log_dirs if d not in self.offline_dirs]
+        self.loading = LoadProgress(
+            total=sum(_partition_dirs(d, self.reserved_topics) for d in online),
+            recovering=tuple(str(d) for d in online if not (d / CLEAN_SHUTDOWN_FILE).exists()),
+        )
+        for log_dir in online:
             try:
                 self._load_dir(log_dir, now_ms, configs)
             except OSError as exc:
@@ -257,6 +292,8 @@ class LogManager:
         self.clean_shutdown_epochs[log_dir] = _marked_epoch(marker)
         found = _read_checkpoints(log_dir)
         clean = marker.exists() and found.recovery_points is not None
+        if not clean:
+            self.loading.recovering += (str(log_dir),)
         recovery_points = found.recovery_points or {}
         start_offsets, high_watermarks = found.start_offsets, found.high_watermarks
         first_dirty = found.first_dirty
@@ -277,6 +314,7 @@ class LogManager:
                 continue
             if key[0] in self.reserved_topics:
                 continue
+            self.loading.loaded += 1  # counted once tried: an offline log is not tried again
             if key in self.logs:
                 self.offline[key] = f"also found in {self._dir_of[key]}; refusing {child}"
                 logger.error("partition %s-%d is offline: %s", *key, self.offline[key])

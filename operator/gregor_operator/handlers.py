@@ -38,6 +38,7 @@ from .kafka import (
     carry_out,
     delete_topic,
     describe_topic,
+    restart_verdict,
 )
 from .kube import Kube
 from .models import KafkaCluster
@@ -51,15 +52,18 @@ from .objects import (
 )
 from .planner import (
     DNS_TTL_S,
+    Ask,
     BrokerFacts,
     ConditionState,
     Observed,
     Plan,
+    Verdict,
     a_voter_is_due,
     merge_conditions,
     plan,
 )
-from .topics import TopicPlan, plan_topic, topic_name
+from .roller import whom_to_ask
+from .topics import TopicPlan, cluster_serves_topics, plan_topic, topic_name
 
 __all__ = ["Settings"]
 
@@ -258,6 +262,35 @@ def _with_active_controller(facts: BrokerFacts | None, observed: Observed) -> Br
     return dataclasses.replace(facts, active_controller=active_controller(addresses))
 
 
+def _verdicts(
+    asks: list[Ask], observed: Observed, facts: BrokerFacts
+) -> dict[tuple[int, ...], Verdict]:
+    """The restart verdicts the roll wants, from the pods `whom_to_ask` names, in the roll's
+    order until a broker is cleared (the roll restarts that one). The quorum's leader is
+    looked up here if the facts lack it (a voter due because its address moved). A verdict
+    nobody could give is left out, and the roller holds what it concerns."""
+    addresses = {pod.name: f"{bracketed(pod.ip)}:{METRICS_PORT}" for pod in observed.pods if pod.ip}
+    leader = facts.active_controller
+    if leader is None and any(ask.voter for ask in asks):
+        leader = active_controller(
+            {
+                pod.name: addresses[pod.name]
+                for pod in observed.pods
+                if pod.pool in VOTER_ROLES and pod.name in addresses
+            }
+        )
+    found: dict[tuple[int, ...], Verdict] = {}
+    for ask in asks:
+        for name in whom_to_ask(ask, observed, leader):
+            verdict = restart_verdict(addresses[name], ask.nodes) if name in addresses else None
+            if verdict is not None:
+                found[ask.nodes] = verdict
+                break
+        if ask.nodes in found and found[ask.nodes].safe:
+            break
+    return found
+
+
 AGAIN_PASSES = 3
 """At most this many reconciliations in a row when the plan asks to look again sooner than
 the timer would (a node port just allocated, a restart a few seconds away)."""
@@ -297,16 +330,20 @@ def _reconcile_once(body: kopf.Body) -> Plan:
     everyone_ready = bool(observed.pods) and all(p.ready for p in observed.pods)
     facts = broker_facts(_bootstrap(body, namespace)) if everyone_ready else None
     facts = _with_active_controller(facts, observed)
-    found = plan(
+    planning = functools.partial(
+        plan,
         body,
         namespace=namespace,
         cluster_id=cluster_id,
         observed=observed,
-        facts=facts,
         image=SETTINGS.image,
         cluster_domain=SETTINGS.cluster_domain,
         dns_ttl_s=SETTINGS.dns_ttl_s,
     )
+    found = planning(facts=facts)
+    if found.asks and facts is not None:
+        facts = dataclasses.replace(facts, verdicts=_verdicts(found.asks, observed, facts))
+        found = planning(facts=facts)
     for document in found.objects:
         adapter.apply(document)
     for kind, gone in found.deletions:
@@ -544,16 +581,13 @@ def cluster_timer(body: kopf.Body, **_: Any) -> None:
 
 
 def _cluster_of(namespace: str, name: str) -> tuple[bool | None, str | None]:
-    """Whether the topic's KafkaCluster exists and is ready (None: no such cluster), and
-    where its brokers answer."""
+    """Whether the topic's KafkaCluster exists and takes topic changes (None: no such
+    cluster), and where its brokers answer."""
     cluster = kube().custom_object(namespace, "kafkaclusters", name)
     if cluster is None:
         return None, None
     status = cluster.get("status") or {}
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or []
-    )
+    ready = cluster_serves_topics(status.get("conditions") or [])
     internal = _internal(status.get("listeners") or [])
     return ready, internal[0]["bootstrapServers"] if internal else None
 

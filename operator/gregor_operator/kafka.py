@@ -2,7 +2,8 @@
 API of a well-kept client library (confluent-kafka), never hand-written protocol.
 
 What it owns: asking a cluster for the facts the planner weighs (which brokers are registered
-and unfenced, how many partitions are under-replicated) and, for topics, the Admin calls a
+and unfenced, how many partitions are under-replicated, what a node's HTTP listener says of
+restarting nodes) and, for topics, the Admin calls a
 `Topic` needs. What it must never do: decide anything, or block a reconciliation for long: every
 call has a short timeout, and a cluster that does not answer is reported as unreachable.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import http.client
+import json
 import logging
 import urllib.request
 from collections.abc import Mapping
@@ -30,7 +32,7 @@ from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewPartitions, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
-from .planner import BrokerFacts
+from .observed import BrokerFacts, Verdict
 from .topics import Action, AddPartitions, CreateTopic, KafkaTopic, SetConfigs
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "carry_out",
     "delete_topic",
     "describe_topic",
+    "restart_verdict",
 ]
 
 log = logging.getLogger(__name__)
@@ -120,6 +123,31 @@ def _leads(voter: tuple[str, str]) -> bool:
         family.name == ACTIVE_CONTROLLER_METRIC and any(s.value == 1 for s in family.samples)
         for family in families
     )
+
+
+def restart_verdict(address: str, nodes: tuple[int, ...]) -> Verdict | None:
+    """What the node whose HTTP listener is at `address` (`host:port`) says of stopping
+    `nodes` together (`/v1/restart-verdict`); None when it cannot be asked or does not say
+    (a node that is not running answers 503)."""
+    query = ",".join(map(str, nodes))
+    url = f"http://{address}/v1/restart-verdict?nodes={query}"
+    try:
+        with urllib.request.urlopen(url, timeout=METRICS_TIMEOUT_S) as response:
+            answer = json.loads(response.read())
+        quorum = answer.get("quorum") or {}
+        return Verdict(
+            nodes=tuple(int(n) for n in answer["nodes"]),
+            safe=bool(answer["safe"]),
+            blocking=tuple(
+                f"{p['topic']}-{p['partition']} ({p['rule']}: {p['reason']})"
+                for p in answer.get("partitions", [])
+            ),
+            quorum_risk=quorum.get("risk"),
+            judged_quorum=bool(quorum.get("judged", True)),
+        )
+    except (OSError, http.client.HTTPException, ValueError, KeyError, TypeError) as exc:
+        log.info("could not read the restart verdict at %s: %s", url, exc)
+        return None
 
 
 def _result(futures: dict[Any, Any]) -> Any:

@@ -30,7 +30,7 @@ from .audits import (
     spark_run,
 )
 from .objects import EXTERNAL_LABEL, FIELD_MANAGER, Claims, Role, cluster_id_secret_name
-from .planner import STUCK_REASONS, Observed, PodState, ServiceState, StatefulSetState
+from .observed import STUCK_REASONS, Observed, PodState, ServiceState, StatefulSetState
 
 __all__ = ["Kube"]
 

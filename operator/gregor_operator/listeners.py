@@ -12,7 +12,6 @@ decide when a pod restarts (`planner` does), or call Kubernetes. Design: ADR 002
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .models import KafkaCluster, Listener
@@ -31,27 +30,14 @@ from .objects import (
 )
 
 if TYPE_CHECKING:
-    from .planner import Observed
+    from .observed import Observed, ServiceState
 
 __all__ = [
-    "ServiceState",
     "Started",
     "bootstrap_servers_of",
     "external_addresses",
     "started_with",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class ServiceState:
-    listener: str | None = None
-    """The external listener it serves (its `gregor.dev/listener` label), if any."""
-    node_port: int | None = None
-    """The node port Kubernetes allocated, if it is a NodePort or LoadBalancer Service."""
-    owner: str | None = None
-    """The uid of the object that controls it (its KafkaCluster's, if the operator made it)."""
-    ingress: tuple[str, ...] = ()
-    """Its load balancer's addresses (IP or host name), once the cloud has made one."""
 
 
 def external_addresses(

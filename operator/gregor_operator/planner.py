@@ -7,30 +7,9 @@ It is pure: the same inputs give the same plan, and `tests/unit/operator` tries 
 hundred without a cluster. What it must never do: call Kubernetes or Kafka, read a clock, or
 apply half of an invalid spec.
 
-A rolling restart follows these rules, one decision per reconciliation:
-
-1. A pod is *outdated* when its StatefulSet revision is not the StatefulSet's update revision
-   (its configuration, image or pod template changed), or when a broker's address on an
-   external listener is no longer the one it started with. Only outdated pods are restarted.
-2. Never more than one pod at a time: while a pod is being deleted, nothing else is.
-3. An outdated pod that is stuck (crash-looping, unable to pull its image or to be
-   scheduled) is restarted first: it is not serving, and its new revision may fix it.
-4. Otherwise every pod of the cluster must be ready before the next restart, so each restart
-   waits until the previous pod is back.
-5. A pod that is a broker is restarted only once the brokers answer and no partition is
-   under-replicated: its partitions must have an in-sync replica elsewhere.
-6. Controllers go first, then combined nodes, then brokers; within a pool, by ordinal, with
-   the active controller last (its restart moves the leadership once, not at every step).
-7. A voter (a controller or combined node) is restarted only once every other voter has been
-   ready for the cluster DNS's TTL (`dns_ttl_s`). A restarted pod has a new address, and the
-   cluster DNS may hand out the old one that long: two voters that cannot find each other
-   cannot elect a leader when the next restart takes the one they both reach.
-8. Each restart is a pod deletion: SIGTERM is the broker's controlled shutdown, and the
-   StatefulSet recreates the pod at the update revision.
-
-Besides the roll, a broker whose node refused its empty volume, and whose new volume the user
-accepted (`gregor.dev/format-volumes`), is restarted at once (rule 2 still holds): its new pod
-formats the volume. Which volumes a pod formats is `volumes`' business (ADR 0023).
+Which pod a rolling restart takes next, and what holds it, is the roller's business
+(`roller`, its rules numbered there); the planner gives it the pods the spec should have and
+says what it decided.
 
 An external listener's addresses come from Kubernetes: a Service's node port as soon as it
 exists, a load balancer's address when the cloud has made one. They go into the pool's
@@ -58,7 +37,6 @@ from broker.config import BrokerConfig
 from broker.storage.config import InvalidConfig
 
 from .listeners import (
-    ServiceState,
     Started,
     bootstrap_servers_of,
     external_addresses,
@@ -66,9 +44,7 @@ from .listeners import (
 )
 from .models import KafkaCluster, problems
 from .objects import (
-    VOTER_ROLES,
     Claims,
-    Pool,
     Role,
     Target,
     claims_of,
@@ -77,9 +53,22 @@ from .objects import (
     pools,
     server_properties,
 )
+from .observed import (
+    STUCK_REASONS,
+    BrokerFacts,
+    Observed,
+    PodState,
+    ServiceState,
+    StatefulSetState,
+    Verdict,
+)
+from .roller import Ask, Restart, a_voter_is_due, next_step, node_id, verdicts_wanted
+from .roller import outdated as is_outdated
 from .volumes import FORMAT_ANNOTATION, Volumes, lost_volume, says_not_formatted, volumes
 
 __all__ = [
+    "STUCK_REASONS",
+    "Ask",
     "BrokerFacts",
     "ConditionState",
     "Observed",
@@ -88,22 +77,11 @@ __all__ = [
     "Restart",
     "ServiceState",
     "StatefulSetState",
+    "Verdict",
     "a_voter_is_due",
     "merge_conditions",
     "plan",
 ]
-
-STUCK_REASONS = frozenset(
-    {
-        "CrashLoopBackOff",
-        "ImagePullBackOff",
-        "ErrImagePull",
-        "InvalidImageName",
-        "CreateContainerConfigError",
-        "Unschedulable",
-    }
-)
-"""Why a pod may never become ready on its own (Strimzi's KafkaRoller calls these stuck)."""
 
 WAIT_S = 10.0
 """How soon to look again while something is in progress."""
@@ -118,63 +96,6 @@ PENDING_WAIT_S = 2.0
 DNS_TTL_S = 30.0
 """How long the cluster DNS may answer with a pod's old address: CoreDNS's `ttl` and `cache`
 as kubeadm configures them."""
-
-
-@dataclass(frozen=True, slots=True)
-class PodState:
-    name: str
-    pool: Role
-    ordinal: int
-    ready: bool
-    revision: str | None
-    """The pod's `controller-revision-hash` label."""
-    deleting: bool = False
-    stuck: str | None = None
-    """A reason from STUCK_REASONS, when the pod has one."""
-    ready_for_s: float = float("inf")
-    """How long the pod has been ready (its Ready condition's age; 0 when not ready)."""
-    running_for_s: float = float("inf")
-    """How long its container has been running (0 when it is not)."""
-    last_error: str | None = None
-    """What its node said when it last refused to start (`gregor: …`, without the prefix)."""
-    uid: str | None = None
-    ip: str | None = None
-    host_ip: str | None = None
-    """The address of the node it runs on."""
-
-
-@dataclass(frozen=True, slots=True)
-class StatefulSetState:
-    replicas: int
-    update_revision: str | None
-    claims: Claims
-    """The volume claim it was created with."""
-
-
-@dataclass(frozen=True, slots=True)
-class Observed:
-    statefulsets: Mapping[Role, StatefulSetState] = field(default_factory=dict)
-    pods: Sequence[PodState] = ()
-    services: Mapping[str, ServiceState] = field(default_factory=dict)
-    """The cluster's Services, by name."""
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerFacts:
-    """What the cluster's own Admin API says (None: the operator could not ask it)."""
-
-    brokers: Mapping[int, str] = field(default_factory=dict)
-    """Registered brokers by node id, and their state as the controller sees it."""
-    under_replicated: int = 0
-    """Partitions whose ISR is smaller than their replica set."""
-    active_controller: str | None = None
-    """The pod of the quorum's leader, when the operator asked the voters."""
-
-
-@dataclass(frozen=True, slots=True)
-class Restart:
-    pod: str
-    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +122,9 @@ class Plan:
     """(kind, name) of owned objects the spec no longer has."""
     annotations: dict[str, str | None] = field(default_factory=dict)
     """The resource's own annotations to set (None: remove), once a request in one is done."""
+    asks: list[Ask] = field(default_factory=list)
+    """Restart verdicts the roll would weigh that `facts` lacks: the handler asks the nodes
+    and plans again with their answers."""
 
 
 # -- the plan ---------------------------------------------------------------------------------
@@ -244,7 +168,30 @@ def plan(
     if too_long is not None:
         return _invalid(too_long, reason="NameTooLong")
     started, moved = started_with(resource, cluster, observed, external)
-    restart, settling = _next_restart(cluster, observed, facts, dns_ttl_s, moved, disks=disks)
+    every_pool = pools(cluster.spec)
+    step = next_step(
+        every_pool,
+        [
+            pod_name(target, pool, ordinal)
+            for pool in every_pool
+            for ordinal in range(replicas.get(pool.role, pool.spec.replicas))
+        ],
+        observed,
+        facts,
+        dns_ttl_s=dns_ttl_s,
+        moved=moved,
+        to_format=disks.to_format,
+    )
+    restart, settling = step.restart, step.settling
+    asks = (
+        [
+            ask
+            for ask in verdicts_wanted(every_pool, observed, moved, facts)
+            if ask.nodes not in facts.verdicts
+        ]
+        if facts is not None and restart is None
+        else []
+    )
     conditions, requeue = _conditions(
         cluster,
         observed,
@@ -253,6 +200,7 @@ def plan(
         restart,
         target=target,
         settling=settling,
+        held=step.held,
         moved=moved,
         disks=disks,
     )
@@ -295,6 +243,7 @@ def plan(
         annotations=(
             {} if disks.annotation is None else {FORMAT_ANNOTATION: disks.annotation or None}
         ),
+        asks=asks,
     )
 
 
@@ -410,81 +359,6 @@ def _storage_text(claims: Claims) -> str:
     return size if storage_class is None else f"{size} of class {storage_class}"
 
 
-# -- rolling restarts -------------------------------------------------------------------------
-
-
-def _outdated(pod: PodState, observed: Observed) -> bool:
-    statefulset = observed.statefulsets.get(pod.pool)
-    return (
-        statefulset is not None
-        and statefulset.update_revision is not None
-        and pod.revision != statefulset.update_revision
-    )
-
-
-def _node_id(pool: Pool, ordinal: int) -> int:
-    return pool.node_id_base + ordinal
-
-
-def a_voter_is_due(observed: Observed) -> bool:
-    """Whether a voter is to be restarted: only then does the roll need to know which one
-    is the active controller (rule 6), which costs asking each voter."""
-    return any(pod.pool in VOTER_ROLES and _outdated(pod, observed) for pod in observed.pods)
-
-
-def _next_restart(
-    cluster: KafkaCluster,
-    observed: Observed,
-    facts: BrokerFacts | None,
-    dns_ttl_s: float,
-    moved: Mapping[str, str],
-    *,
-    disks: Volumes,
-) -> tuple[Restart | None, tuple[float, str] | None]:
-    """The rules of the module's docstring, in order; and, when a voter waits for its peers'
-    addresses to settle (rule 7), how much longer and why."""
-    by_role = {pool.role: pool for pool in pools(cluster.spec)}
-    if any(pod.deleting for pod in observed.pods):  # 2
-        return None, None
-    for pod in observed.pods:
-        pool = by_role.get(pod.pool)
-        accepted = pool is not None and _node_id(pool, pod.ordinal) in disks.to_format
-        if accepted and not pod.ready and says_not_formatted(pod):
-            why = f"its new volume is to be formatted ({FORMAT_ANNOTATION})"
-            return Restart(pod.name, why), None
-    outdated = [pod for pod in observed.pods if _outdated(pod, observed) or pod.name in moved]  # 1
-    if not outdated:
-        return None, None
-    for pod in outdated:  # 3
-        if pod.stuck is not None:
-            return Restart(pod.name, f"it is stuck ({pod.stuck}) on an old revision"), None
-    if not all(pod.ready for pod in observed.pods):  # 4
-        return None, None
-
-    def order(pod: PodState) -> tuple[int, bool, int]:
-        rank = ("controller", "combined", "broker").index(pod.pool)
-        active = facts is not None and facts.active_controller == pod.name
-        return rank, active, pod.ordinal
-
-    pod = min(outdated, key=order)  # 6
-    pool = by_role.get(pod.pool)
-    if pool is not None and pool.is_broker and (facts is None or facts.under_replicated):  # 5
-        return None, None
-    if pool is not None and pool.is_controller:  # 7
-        voters = [o for o in observed.pods if o.name != pod.name and o.pool in VOTER_ROLES]
-        newest = min(voters, key=lambda other: other.ready_for_s, default=None)
-        if newest is not None and newest.ready_for_s < dns_ttl_s:
-            wait = dns_ttl_s - newest.ready_for_s
-            return None, (
-                wait,
-                f"restarting {pod.name} in {wait:.0f} s: {newest.name} was restarted "
-                f"{newest.ready_for_s:.0f} s ago, and the cluster DNS may still give the "
-                f"other voters its old address for up to {dns_ttl_s:.0f} s",
-            )
-    reason = moved.get(pod.name, "its configuration or image changed")
-    return Restart(pod.name, reason), None  # 8
-
-
 # -- status -----------------------------------------------------------------------------------
 
 
@@ -516,7 +390,7 @@ def _lost_volumes(
     """What to say of each node that does not start because its volume is empty."""
     by_role = {pool.role: pool for pool in pools(cluster.spec)}
     return [
-        lost_volume(target.name, pool, _node_id(pool, pod.ordinal), pod.name, disks.to_format)
+        lost_volume(target.name, pool, node_id(pool, pod.ordinal), pod.name, disks.to_format)
         for pod in observed.pods
         if not pod.ready and says_not_formatted(pod) and (pool := by_role.get(pod.pool))
     ]
@@ -531,18 +405,19 @@ def _conditions(
     *,
     target: Target,
     settling: tuple[float, str] | None = None,
+    held: str | None = None,
     moved: Mapping[str, str] | None = None,
     disks: Volumes,
 ) -> tuple[list[ConditionState], float | None]:
     expected = _expected_pods(cluster, replicas)
     ready = [pod for pod in observed.pods if pod.ready and not pod.deleting]
     outdated = [
-        pod.name for pod in observed.pods if _outdated(pod, observed) or pod.name in (moved or {})
+        pod.name for pod in observed.pods if is_outdated(pod, observed) or pod.name in (moved or {})
     ]
     not_ready = sorted(_stuck_text(pod) for pod in observed.pods if not pod.ready or pod.deleting)
     missing = expected - len(observed.pods)
     brokers = [
-        _node_id(pool, ordinal)
+        node_id(pool, ordinal)
         for pool in pools(cluster.spec)
         if pool.is_broker
         for ordinal in range(replicas.get(pool.role, pool.spec.replicas))
@@ -613,6 +488,8 @@ def _conditions(
             if restart is not None
             else settling[1]
             if settling is not None
+            else f"{ready_condition.message}; {held}"
+            if held is not None and outdated and ready_condition.reason == "RollingRestart"
             else ready_condition.message
             if busy
             else "every object is as the spec asks"
@@ -638,14 +515,14 @@ def _status(
             name = pod_name(target, pool, ordinal)
             pod = by_name.get(name)
             node: dict[str, Any] = {
-                "nodeId": _node_id(pool, ordinal),
+                "nodeId": node_id(pool, ordinal),
                 "roles": list(pool.roles),
                 "pod": name,
                 "ready": pod is not None and pod.ready and not pod.deleting,
-                "formatted": _node_id(pool, ordinal) in formatted,
+                "formatted": node_id(pool, ordinal) in formatted,
             }
             if pool.is_broker and facts is not None:
-                node["brokerState"] = facts.brokers.get(_node_id(pool, ordinal), "NotRegistered")
+                node["brokerState"] = facts.brokers.get(node_id(pool, ordinal), "NotRegistered")
             if name in (started or {}):
                 uid, addresses = (started or {})[name]
                 node |= {"podUid": uid, "addresses": dict(addresses)}

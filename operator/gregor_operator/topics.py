@@ -11,7 +11,7 @@ Kubernetes, or act on an invalid spec.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +27,7 @@ __all__ = [
     "KafkaTopic",
     "SetConfigs",
     "TopicPlan",
+    "cluster_serves_topics",
     "plan_topic",
     "topic_name",
 ]
@@ -99,6 +100,27 @@ def _not_ready(reason: str, message: str, *, requeue: float | None = WAIT_S) -> 
         events=[("Warning", reason, message)] if requeue is None else [],
         requeue_after=requeue,
     )
+
+
+ROLLING_REASONS = frozenset({"RollingRestart", "NodesNotReady"})
+"""A cluster's Ready reasons while it rolls and otherwise works: its nodes wait their turn,
+or one it restarted is not back yet."""
+
+
+def cluster_serves_topics(conditions: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a KafkaCluster with these status conditions takes topic changes: once Ready,
+    and all through a rolling restart (its brokers restart one by one and the others answer
+    the Admin API), rather than only between rolls. A cluster that is down while a roll is
+    due (its quorum not formed, its nodes stuck, its brokers unreachable) does not."""
+    by_type = {c.get("type"): c for c in conditions}
+    ready = by_type.get("Ready") or {}
+    reconciling = by_type.get("Reconciling") or {}
+    rolling = (
+        reconciling.get("status") == "True"
+        and reconciling.get("reason") == "RollingRestart"
+        and ready.get("reason") in ROLLING_REASONS
+    )
+    return ready.get("status") == "True" or rolling
 
 
 def plan_topic(

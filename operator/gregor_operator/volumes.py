@@ -31,7 +31,7 @@ from .models import KafkaCluster
 from .objects import Pool, Role, pools
 
 if TYPE_CHECKING:
-    from .planner import Observed, PodState
+    from .observed import Observed, PodState
 
 __all__ = [
     "FORMAT_ANNOTATION",

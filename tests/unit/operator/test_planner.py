@@ -28,6 +28,7 @@ from gregor_operator.planner import (
     Restart,
     ServiceState,
     StatefulSetState,
+    Verdict,
     merge_conditions,
     plan,
 )
@@ -77,10 +78,18 @@ def template_hash(found: Plan, statefulset: str) -> str:
     return str(annotations["annotations"][CONFIG_HASH])
 
 
+def clear(*nodes: int) -> dict[tuple[int, ...], Verdict]:
+    """Every node's restart verdict, each saying it may stop."""
+    return {(node,): Verdict((node,), safe=True) for node in nodes}
+
+
+NODE_IDS = (0, 1, 2, 1000, 1001, 1002)
+
 HEALTHY = BrokerFacts(
     brokers={0: "Unfenced", 1: "Unfenced", 2: "Unfenced"},
     under_replicated=0,
     active_controller="gregor-controller-1",
+    verdicts=clear(*NODE_IDS),
 )
 
 
@@ -686,7 +695,7 @@ def test_a_combined_node_is_a_voter_and_waits_for_the_dns_too() -> None:
         for i in range(3)
     ]
     observed = Observed({"combined": StatefulSetState(3, "rev-2", None)}, pods)
-    facts = BrokerFacts({0: "Unfenced", 1: "Unfenced", 2: "Unfenced"})
+    facts = BrokerFacts({0: "Unfenced", 1: "Unfenced", 2: "Unfenced"}, verdicts=clear(0, 1, 2))
     assert planned(resource, observed, facts).restart is None
     pods[0] = dataclasses.replace(pods[0], ready_for_s=40.0)
     found = planned(resource, Observed(observed.statefulsets, pods), facts)
@@ -707,14 +716,53 @@ def test_a_roll_never_deletes_a_second_pod_while_one_is_going() -> None:
     assert planned(example(), observed, HEALTHY).restart is None
 
 
-def test_a_broker_is_restarted_only_while_every_partition_is_in_sync() -> None:
+def test_a_broker_is_restarted_only_when_its_verdict_clears_it() -> None:
+    """An under-replicated partition holds the brokers that have a replica of it, not the
+    roll: broker 0 is passed over for broker 1, and nothing moves without verdicts."""
     pods = _all_at(CURRENT) | {f"gregor-controller-{i}": "rev-c2" for i in range(3)}
     observed = running(ROLLED, pod_revisions=pods)
-    lagging = BrokerFacts(HEALTHY.brokers, under_replicated=4, active_controller=None)
-    assert planned(example(), observed, lagging).restart is None
+    blocked = Verdict((0,), safe=False, blocking=("orders-3 (P3: 1 in-sync replica(s) …)",))
+    lagging = dataclasses.replace(
+        HEALTHY, under_replicated=1, verdicts=clear(*NODE_IDS) | {(0,): blocked}
+    )
+    found = planned(example(), observed, lagging)
+    assert restarted(found) == "gregor-broker-1"
+    every_broker_blocked: dict[tuple[int, ...], Verdict] = {
+        (n,): dataclasses.replace(blocked, nodes=(n,)) for n in (0, 1, 2)
+    }
+    held = planned(example(), observed, dataclasses.replace(lagging, verdicts=every_broker_blocked))
+    assert held.restart is None
+    assert "gregor-broker-0: orders-3 (P3: 1 in-sync replica(s) …)" in (
+        condition(held, "Reconciling").message
+    )
     assert planned(example(), observed, None).restart is None
-    found = planned(example(), observed, HEALTHY)
-    assert restarted(found) == "gregor-broker-0"
+    unasked = dataclasses.replace(HEALTHY, verdicts={})
+    assert planned(example(), observed, unasked).restart is None
+    assert restarted(planned(example(), observed, HEALTHY)) == "gregor-broker-0"
+
+
+def test_a_voter_whose_quorum_verdict_blocks_holds_the_whole_roll() -> None:
+    """Voters are not passed over: the brokers wait for the quorum's roll."""
+    observed = running(ROLLED, pod_revisions=_all_at(CURRENT))
+    lagging = Verdict((1000,), safe=False, quorum_risk="1 caught-up voter(s) would stay")
+    facts = dataclasses.replace(HEALTHY, verdicts=clear(*NODE_IDS) | {(1000,): lagging})
+    found = planned(example(), observed, facts)
+    assert found.restart is None
+    assert "the metadata quorum: 1 caught-up voter(s) would stay" in (
+        condition(found, "Reconciling").message
+    )
+
+
+def test_a_missing_pod_holds_every_restart() -> None:
+    """A controller the StatefulSet has not recreated yet: restarting another would leave one
+    voter of three."""
+    observed = running(ROLLED, pod_revisions=_all_at(CURRENT))
+    gone = Observed(
+        observed.statefulsets, [p for p in observed.pods if p.name != "gregor-controller-0"]
+    )
+    found = planned(example(), gone, HEALTHY)
+    assert found.restart is None
+    assert condition(found, "Ready").message == ("5/6 nodes ready; waiting for 1 not created yet")
 
 
 def test_controllers_that_run_but_are_none_ready_are_a_quorum_not_formed() -> None:
@@ -915,7 +963,12 @@ def test_the_status_says_where_to_connect_and_how_each_node_is() -> None:
     found = planned(
         example(),
         running(CURRENT, not_ready=["gregor-broker-2"]),
-        BrokerFacts({0: "Unfenced", 1: "Unfenced", 2: "Fenced"}, 0, "gregor-controller-0"),
+        BrokerFacts(
+            {0: "Unfenced", 1: "Unfenced", 2: "Fenced"},
+            0,
+            "gregor-controller-0",
+            clear(*NODE_IDS),
+        ),
     )
     assert found.status["listeners"] == [
         {

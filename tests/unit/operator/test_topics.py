@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from gregor_operator.topics import CreateTopic, KafkaTopic, SetConfigs, plan_topic
+from gregor_operator.topics import (
+    CreateTopic,
+    KafkaTopic,
+    SetConfigs,
+    cluster_serves_topics,
+    plan_topic,
+)
 
 FOUND = KafkaTopic("t-id", 6, 3, {"retention.ms": "1000"})
 
@@ -67,3 +73,20 @@ def test_nothing_is_done_for_an_invalid_spec_or_a_cluster_not_ready() -> None:
     assert waiting.requeue_after is not None
     orphan = plan_topic(topic(1, None), cluster_ready=None, found=None)
     assert orphan.conditions[0].reason == "ClusterNotFound"
+
+
+def test_topics_are_served_while_the_cluster_rolls_and_wait_while_it_starts() -> None:
+    def conditions(ready: str, reason: str, reconciling: str, why: str) -> list[dict[str, str]]:
+        return [
+            {"type": "Ready", "status": ready, "reason": reason},
+            {"type": "Reconciling", "status": reconciling, "reason": why},
+        ]
+
+    assert cluster_serves_topics(conditions("True", "Ready", "False", "Reconciled"))
+    rolling = conditions("False", "NodesNotReady", "True", "RollingRestart")
+    assert cluster_serves_topics(rolling)
+    starting = conditions("False", "NodesNotReady", "True", "NodesNotReady")
+    assert not cluster_serves_topics(starting)
+    down = conditions("False", "QuorumNotFormed", "True", "RollingRestart")
+    assert not cluster_serves_topics(down)
+    assert not cluster_serves_topics([])

@@ -96,6 +96,25 @@ def test_unclean_restart_recovers_a_torn_tail(tmp_path: Path) -> None:
     again.shutdown(now_ms=2)
 
 
+def test_loading_counts_the_partitions_and_names_the_dirs_it_recovers(tmp_path: Path) -> None:
+    """What a node's `/v1/state` reports while it loads: how many logs of how many, and
+    which dirs lacked a clean-shutdown marker (their logs' tails are checked)."""
+    _crash_after(
+        tmp_path,
+        "for p in range(3):\n"
+        "    manager.create_log('orders', p, now_ms=0).append_as_leader(\n"
+        "        _batch(), leader_epoch=0, now_ms=1)\n",
+    )
+    (tmp_path / "orders-9.0123abcd-delete").mkdir()  # a deleted log, removed, not loaded
+    again = _manager(tmp_path)
+    assert (again.loading.loaded, again.loading.total) == (3, 3)
+    assert again.loading.recovering == (str(tmp_path),)
+    again.shutdown(now_ms=2)
+    clean = _manager(tmp_path)
+    assert (clean.loading.loaded, clean.loading.total, clean.loading.recovering) == (3, 3, ())
+    clean.shutdown(now_ms=3)
+
+
 def test_a_partition_that_cannot_load_is_offline_and_the_rest_serve(tmp_path: Path) -> None:
     manager = _manager(tmp_path)
     manager.create_log("good", 0, now_ms=0).append_as_leader(_batch(), leader_epoch=0, now_ms=0)

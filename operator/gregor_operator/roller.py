@@ -1,0 +1,244 @@
+"""The roller: which pod of a `KafkaCluster` to restart next, if any, and what holds the roll.
+
+What it owns: the rules below, decided from the pools the spec has, what Kubernetes shows of
+their pods and what the nodes say of stopping each one (their restart verdicts, `Verdict`).
+It is pure, as the planner is: the same inputs give the same step, and `tests/unit/operator`
+tries random clusters against it. What it must never do: call Kubernetes or Kafka, read a
+clock, or restart a pod the rules have not cleared. Strimzi's KafkaRoller is the reference;
+where these rules differ, they say why.
+
+A rolling restart follows these rules, one decision per reconciliation:
+
+1. A pod is *outdated* when its StatefulSet revision is not the StatefulSet's update revision
+   (its configuration, image or pod template changed), or when a broker's address on an
+   external listener is no longer the one it started with. Only outdated pods are restarted.
+2. Never more than one pod at a time: while a pod is being deleted, nothing else is.
+3. Every pod the cluster should have must exist: a pod the StatefulSet has not (re)created
+   yet, a restarted one among them, holds every restart. Counting only the pods that exist
+   once let a roll restart a second controller while the first was still gone.
+4. An outdated pod that is stuck (crash-looping, unable to pull its image or to be
+   scheduled) is restarted first: it is not serving, and its new revision may fix it.
+5. Otherwise every pod must be ready before the next restart, so each restart waits until
+   the previous pod is back, and a node still recovering its logs is never restarted.
+6. Controllers go first, then combined nodes, then brokers; within a pool, by ordinal, with
+   the active controller last (its restart moves the leadership once, not at every step).
+7. A node that is a broker is restarted only when a running broker's restart verdict clears
+   its stop (`broker.restarts`: no partition would lose its last in-sync replica, nor fall
+   or stay below `min.insync.replicas`; partitions no restart can keep writable, RF 1 or
+   RF ≤ min ISR, do not hold it). A broker whose verdict
+   blocks is passed over for the next one that is clear: one partition short of replicas
+   holds only the brokers that have a replica of it, not the whole roll.
+8. A voter (a controller or combined node) is restarted only when the quorum's leader says
+   the other voters that have caught up are still a majority without it, and once every
+   other voter has been ready for the cluster DNS's TTL (`dns_ttl_s`): a restarted pod has a
+   new address, and the cluster DNS may hand out the old one that long. Voters are not
+   passed over: the brokers wait for the quorum's roll to finish.
+9. Each restart is a pod deletion: SIGTERM is the broker's controlled shutdown, and the
+   StatefulSet recreates the pod at the update revision.
+
+Besides the roll, a broker whose node refused its empty volume, and whose new volume the user
+accepted (`gregor.dev/format-volumes`), is restarted at once (rule 2 still holds): its new pod
+formats the volume (ADR 0023).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from .objects import BROKER_ROLES, VOTER_ROLES, Pool, Role
+from .observed import BrokerFacts, Observed, PodState
+from .volumes import FORMAT_ANNOTATION, says_not_formatted
+
+__all__ = [
+    "Ask",
+    "Restart",
+    "Step",
+    "a_voter_is_due",
+    "next_step",
+    "node_id",
+    "outdated",
+    "verdicts_wanted",
+    "whom_to_ask",
+]
+
+ROLE_ORDER: tuple[Role, ...] = ("controller", "combined", "broker")
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    pod: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What the roll does now: restart a pod, or nothing (then `held` says why, and
+    `settling` how soon a voter's wait for the DNS is over)."""
+
+    restart: Restart | None = None
+    held: str | None = None
+    settling: tuple[float, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """A restart verdict the roller needs: of stopping `nodes`, asked of the quorum's leader
+    when `voter` (only it can judge the quorum), else of a running broker not among them."""
+
+    nodes: tuple[int, ...]
+    pod: str
+    voter: bool
+
+
+def node_id(pool: Pool, ordinal: int) -> int:
+    return pool.node_id_base + ordinal
+
+
+def outdated(pod: PodState, observed: Observed) -> bool:
+    """Rule 1, for the revision."""
+    statefulset = observed.statefulsets.get(pod.pool)
+    return (
+        statefulset is not None
+        and statefulset.update_revision is not None
+        and pod.revision != statefulset.update_revision
+    )
+
+
+def a_voter_is_due(observed: Observed, moved: Collection[str] = ()) -> bool:
+    """Whether a voter is to be restarted: only then does the roll need to know which one
+    is the active controller (rules 6 and 8), which costs asking each voter."""
+    return any(
+        pod.pool in VOTER_ROLES and (outdated(pod, observed) or pod.name in moved)
+        for pod in observed.pods
+    )
+
+
+def _order(facts: BrokerFacts | None) -> _Ordering:
+    return _Ordering(None if facts is None else facts.active_controller)
+
+
+@dataclass(frozen=True, slots=True)
+class _Ordering:
+    active_controller: str | None
+
+    def __call__(self, pod: PodState) -> tuple[int, bool, int]:
+        rank = ROLE_ORDER.index(pod.pool)
+        return rank, self.active_controller == pod.name, pod.ordinal
+
+
+def _due(observed: Observed, moved: Mapping[str, str]) -> list[PodState]:
+    return [pod for pod in observed.pods if outdated(pod, observed) or pod.name in moved]
+
+
+def verdicts_wanted(
+    pools: Sequence[Pool], observed: Observed, moved: Mapping[str, str], facts: BrokerFacts
+) -> list[Ask]:
+    """The verdicts rules 7 and 8 will weigh at this step, in the order they are tried: each
+    outdated voter's while the quorum rolls (only the first is weighed), else each outdated
+    broker's."""
+    by_role = {pool.role: pool for pool in pools}
+    due = sorted(_due(observed, moved), key=_order(facts))
+    voters = [pod for pod in due if pod.pool in VOTER_ROLES]
+    chosen = voters[:1] or due
+    return [
+        Ask((node_id(by_role[pod.pool], pod.ordinal),), pod.name, pod.pool in VOTER_ROLES)
+        for pod in chosen
+        if pod.pool in by_role
+    ]
+
+
+def whom_to_ask(ask: Ask, observed: Observed, active_controller: str | None) -> list[str]:
+    """The pods to ask for `ask`'s verdict, in order, until one answers: the quorum's leader
+    for a voter (only it can judge the quorum); for a broker, a ready broker other than the
+    one asked about (any broker holds every partition's ISR), or that broker itself when it
+    is the only one."""
+    ready = sorted(pod.name for pod in observed.pods if pod.ready and not pod.deleting)
+    if ask.voter:
+        return [active_controller] if active_controller in ready else []
+    brokers = [
+        pod.name
+        for pod in observed.pods
+        if pod.pool in BROKER_ROLES and pod.name in ready and pod.name != ask.pod
+    ]
+    return sorted(brokers)[:2] or ([ask.pod] if ask.pod in ready else [])
+
+
+def next_step(
+    pools: Sequence[Pool],
+    expected: Sequence[str],
+    observed: Observed,
+    facts: BrokerFacts | None,
+    *,
+    dns_ttl_s: float,
+    moved: Mapping[str, str],
+    to_format: Collection[int] = (),
+) -> Step:
+    """The rules of the module's docstring, in order; `expected`: the name of every pod the
+    pools should have (rule 3)."""
+    by_role = {pool.role: pool for pool in pools}
+    deleting = [pod.name for pod in observed.pods if pod.deleting]
+    if deleting:  # 2
+        return Step(held=f"waiting for {', '.join(deleting)} to be deleted")
+    for pod in observed.pods:
+        pool = by_role.get(pod.pool)
+        accepted = pool is not None and node_id(pool, pod.ordinal) in to_format
+        if accepted and not pod.ready and says_not_formatted(pod):
+            why = f"its new volume is to be formatted ({FORMAT_ANNOTATION})"
+            return Step(Restart(pod.name, why))
+    due = _due(observed, moved)  # 1
+    if not due:
+        return Step()
+    present = {pod.name for pod in observed.pods}
+    missing = [name for name in expected if name not in present]
+    if missing:  # 3
+        return Step(held=f"waiting for pods not created yet: {', '.join(missing)}")
+    for pod in due:  # 4
+        if pod.stuck is not None:
+            return Step(Restart(pod.name, f"it is stuck ({pod.stuck}) on an old revision"))
+    not_ready = [pod.name for pod in observed.pods if not pod.ready]
+    if not_ready:  # 5
+        return Step(held=f"waiting for {', '.join(sorted(not_ready))} to be ready")
+    held: list[str] = []
+    for pod in sorted(due, key=_order(facts)):  # 6
+        pool = by_role.get(pod.pool)
+        if pool is None:
+            continue
+        blocked = _verdict_blocks(pool, node_id(pool, pod.ordinal), facts)  # 7, 8
+        if blocked is not None:
+            held.append(f"{pod.name}: {blocked}")
+            if pool.is_controller:
+                break
+            continue
+        if pool.is_controller:
+            settling = _dns_settling(pod, observed, dns_ttl_s)  # 8
+            if settling is not None:
+                return Step(settling=settling, held=settling[1])
+        return Step(Restart(pod.name, moved.get(pod.name, "its configuration or image changed")))
+    return Step(held="restarts held: " + "; ".join(held))
+
+
+def _verdict_blocks(pool: Pool, node: int, facts: BrokerFacts | None) -> str | None:
+    """Why rule 7 or 8 holds `node` (None: its verdict clears it)."""
+    if facts is None:
+        return "the brokers did not answer"
+    verdict = facts.verdicts.get((node,))
+    if verdict is None:
+        return "no node could say whether it may stop"
+    if verdict.safe:
+        return None
+    return verdict.why or "its restart verdict says it may not stop now"
+
+
+def _dns_settling(pod: PodState, observed: Observed, dns_ttl_s: float) -> tuple[float, str] | None:
+    voters = [o for o in observed.pods if o.name != pod.name and o.pool in VOTER_ROLES]
+    newest = min(voters, key=lambda other: other.ready_for_s, default=None)
+    if newest is None or newest.ready_for_s >= dns_ttl_s:
+        return None
+    wait = dns_ttl_s - newest.ready_for_s
+    return (
+        wait,
+        f"restarting {pod.name} in {wait:.0f} s: {newest.name} was restarted "
+        f"{newest.ready_for_s:.0f} s ago, and the cluster DNS may still give the "
+        f"other voters its old address for up to {dns_ttl_s:.0f} s",
+    )
