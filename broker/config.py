@@ -216,6 +216,9 @@ class BrokerConfig:
     log_dirs: tuple[Path, ...] = (Path("/tmp/kafka-logs"),)
     """`log.dirs` (or `log.dir`)."""
     broker_rack: str | None = None
+    replica_selector_class: str | None = None
+    """`replica.selector.class` (KIP-392): None, or Kafka's RackAwareReplicaSelector, which
+    points a consumer that names its rack (`client.rack`) at a replica in that rack."""
     num_partitions: int = 1
     default_replication_factor: int = 1
     min_insync_replicas: int = 1
@@ -556,6 +559,21 @@ def _rack(key: str, raw: str) -> str | None:
     return raw.strip() or None
 
 
+RACK_AWARE_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+LEADER_SELECTOR = "org.apache.kafka.common.replica.LeaderSelector"
+
+
+def _selector(key: str, raw: str) -> str | None:
+    """Kafka's two selectors by class name (the leader's is the same as none); a class of
+    one's own cannot be loaded by a Python broker."""
+    name = raw.strip()
+    if name in ("", LEADER_SELECTOR):
+        return None
+    if name != RACK_AWARE_SELECTOR:
+        raise InvalidConfig(key, name, f"only {RACK_AWARE_SELECTOR} or {LEADER_SELECTOR}")
+    return name
+
+
 _BROKER: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "process.roles": ("process_roles", _roles),
     "node.id": ("node_id", _int(0)),
@@ -571,6 +589,7 @@ _BROKER: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     ),
     "log.dirs": ("log_dirs", _paths),
     "broker.rack": ("broker_rack", _rack),
+    "replica.selector.class": ("replica_selector_class", _selector),
     "num.partitions": ("num_partitions", _int(1)),
     "default.replication.factor": ("default_replication_factor", _int(1)),
     "min.insync.replicas": ("min_insync_replicas", _int(1)),

@@ -294,6 +294,7 @@ class Node:
             create_in_background=True,
         )
         replicas.min_insync_replicas = metadata.min_insync_replicas
+        replicas.rack_aware_reads = self.config.replica_selector_class is not None
         for topic in image.topics.values():
             for index, partition in topic.partitions.items():
                 replicas.apply(PartitionChanged(topic, index, partition))

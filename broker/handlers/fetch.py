@@ -142,7 +142,9 @@ class Handler:
         keys = [(w.name, w.wanted.partition) for w in wanted if w.name is not None]
         loop = asyncio.get_running_loop()
         while True:
-            reads, total, errors = self._read(wanted, request.max_bytes, replica_id, False)
+            reads, total, errors = self._read(
+                wanted, request.max_bytes, replica_id, False, _client_rack(request)
+            )
             remaining = deadline - loop.time()
             if total >= request.min_bytes or errors or remaining <= 0 or not keys:
                 return reads
@@ -185,7 +187,7 @@ class Handler:
                 if key in session.partitions
             ]
             reads, total, errors = self._read(
-                wanted, request.max_bytes, replica_id, named is not None
+                wanted, request.max_bytes, replica_id, named is not None, _client_rack(request)
             )
             if kept:
                 # What was read before the wait, with what was touched since read again:
@@ -291,7 +293,7 @@ class Handler:
         if leader.node is not None:
             endpoints[leader.node[0]] = NodeEndpoint(*leader.node)
 
-    def _idle(self, item: _Wanted, replica_id: int) -> bool:
+    def _idle(self, item: _Wanted, replica_id: int, *, from_follower: bool) -> bool:
         """An incremental fetch's partition it did not name, with nothing new since the
         session was last told of it: left out of the read and of the answer."""
         held = item.wanted
@@ -314,17 +316,23 @@ class Handler:
             leader_epoch=held.sent_leader_epoch,
             high_watermark=held.sent_high_watermark,
             log_start_offset=held.sent_log_start_offset,
+            from_follower=from_follower,
         )
 
     def _read(
-        self, wanted: list[_Wanted], max_bytes: int, replica_id: int, incremental: bool
+        self,
+        wanted: list[_Wanted],
+        max_bytes: int,
+        replica_id: int,
+        incremental: bool,
+        client_rack: str | None,
     ) -> tuple[list[tuple[_Wanted, FetchResult]], int, bool]:
         budget = max_bytes
         total = 0
         errors = False
         reads = []
         for item in wanted:
-            if incremental and self._idle(item, replica_id):
+            if incremental and self._idle(item, replica_id, from_follower=client_rack is not None):
                 continue
             name, partition = item.name, item.wanted
             if name is None:
@@ -350,6 +358,7 @@ class Handler:
                     min_one_batch=total == 0,
                     # Only from v9 (KIP-320): older fetches skip the leader epoch check.
                     current_leader_epoch=getattr(partition, "current_leader_epoch", -1),
+                    client_rack=client_rack,
                 )
             if result.records is not None:
                 total += result.records.size
@@ -451,6 +460,13 @@ def _session_partition(topic: Any, name: str | None, partition: Any) -> SessionP
     return held
 
 
+def _client_rack(request: Any) -> str | None:
+    """A consumer's rack (v11+, KIP-392; "" when it names none), None before v11: a fetch
+    with client metadata may be served by a follower."""
+    rack = getattr(request, "rack_id", None)
+    return None if rack is None else str(rack)
+
+
 def _replica(request: Any, version: int) -> tuple[int, int]:
     """Who fetches, as (replica id, replica epoch): a broker's id for a follower, -1 (or less)
     for a consumer; the epoch is -1 (unknown) before v15, which has no ReplicaState."""
@@ -492,6 +508,7 @@ def _partition(wanted: Any, result: FetchResult) -> FetchPartition:
         last_stable_offset=result.high_watermark,  # no transactions: nothing is left open
         log_start_offset=result.log_start_offset,
         records=b"" if result.records is None else result.records.pin(),
+        preferred_read_replica=result.preferred_read_replica,
         diverging_epoch=result.diverging_epoch,
     )
 

@@ -16,7 +16,7 @@ from broker.protocol.errors import ErrorCode
 from broker.storage import OffsetOutOfRange
 
 from .hosted import HostedPartitions
-from .partition import FetchResult, OffsetResult, epoch_error
+from .partition import FetchResult, OffsetResult, Partition, epoch_error
 
 __all__ = [
     "EARLIEST_LOCAL_TIMESTAMP",
@@ -40,6 +40,10 @@ EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6
 
 
 class Offsets(HostedPartitions):
+    rack_aware_reads = False
+    """`replica.selector.class` is Kafka's RackAwareReplicaSelector: a consumer that names its
+    rack is pointed at a replica in that rack (KIP-392)."""
+
     def read(
         self,
         topic: str,
@@ -49,8 +53,15 @@ class Offsets(HostedPartitions):
         *,
         min_one_batch: bool,
         current_leader_epoch: int = -1,
+        client_rack: str | None = None,
     ) -> FetchResult:
-        found = self.get_leader(topic, index)
+        """A consumer's read. `client_rack`: None for a fetch without client metadata (before
+        v11), which only a leader serves; otherwise the consumer's rack ("" when it names
+        none): a follower serves it too, up to its own high watermark, and a leader with
+        rack-aware reads may point it at a replica in its rack instead (KIP-392)."""
+        found = self.get(topic, index) if client_rack is not None else None
+        if not isinstance(found, Partition):
+            found = self.get_leader(topic, index)
         if isinstance(found, ErrorCode):
             return FetchResult(found)
         partition = found
@@ -60,6 +71,11 @@ class Offsets(HostedPartitions):
         log_ = partition.log
         high_watermark = partition.high_watermark
         result = FetchResult(ErrorCode.none, high_watermark, log_.log_start_offset)
+        if client_rack and self.rack_aware_reads and partition.is_leader:
+            preferred = self._preferred_read_replica(partition, client_rack, offset)
+            if preferred is not None:
+                result.preferred_read_replica = preferred
+                return result
         try:
             result.records = log_.read(
                 offset, max_bytes, max_offset=high_watermark, min_one_batch=min_one_batch
@@ -67,6 +83,35 @@ class Offsets(HostedPartitions):
         except OffsetOutOfRange:
             result.error = ErrorCode.offset_out_of_range
         return result
+
+    def _preferred_read_replica(
+        self, partition: Partition, client_rack: str, offset: int
+    ) -> int | None:
+        """Kafka's RackAwareReplicaSelector, over the replicas that could answer from
+        `offset`: in the ISR, registered and unfenced, holding `offset` (their log start at
+        or before it, their log end at or past it). The leader when it is in the client's
+        rack or no such replica is; otherwise the one in that rack furthest ahead, then the
+        one caught up most recently. None: the leader itself."""
+        brokers = self.image.brokers
+        leader = brokers.get(self.node_id)
+        if leader is not None and leader.rack == client_rack:
+            return None
+        candidates = [
+            replica
+            for replica in partition.state.isr
+            if replica != self.node_id
+            and (broker := brokers.get(replica)) is not None
+            and broker.rack == client_rack
+            and not broker.fenced
+            and partition.follower_starts.get(replica, offset + 1) <= offset
+            and partition.follower_ends.get(replica, -1) >= offset
+        ]
+        if not candidates:
+            return None
+        return max(
+            candidates,
+            key=lambda r: (partition.follower_ends[r], partition.caught_up_ms.get(r, -1), -r),
+        )
 
     def consumer_idle(
         self,
@@ -77,15 +122,17 @@ class Offsets(HostedPartitions):
         leader_epoch: int,
         high_watermark: int,
         log_start_offset: int,
+        from_follower: bool = False,
     ) -> bool:
         """Whether a consumer's fetch from `offset`, in a fetch session, finds nothing it was
-        not told already: this node still leads in `leader_epoch`, nothing is readable from
+        not told already: this node still leads in `leader_epoch` (or, for a consumer that
+        may read from a follower, still holds a replica in it), nothing is readable from
         `offset` (it is at the high watermark or past it), and the high watermark and log
         start are the ones it was told."""
         partition = self.partitions.get((topic, index))
         return (
             partition is not None
-            and partition.is_leader
+            and (partition.is_leader or from_follower)
             and partition.leader_epoch == leader_epoch
             and partition.high_watermark == high_watermark
             and offset >= high_watermark

@@ -113,6 +113,8 @@ class FetchResult:
     diverging_epoch: tuple[int, int] | None = None
     """To a follower whose log parted from the leader's: (the epoch, its end offset here) up to
     which the follower's log may be kept (KIP-595's divergence check, as in Kafka 2.7+)."""
+    preferred_read_replica: int = -1
+    """To a consumer (KIP-392): the replica to fetch from instead (no records then)."""
 
 
 @dataclass(frozen=True, slots=True)

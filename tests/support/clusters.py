@@ -145,11 +145,14 @@ def three_nodes(
     extra: Mapping[str, str] | None = None,
     *,
     kafka_heap: str = "384m",
+    each: Mapping[int, Mapping[str, str]] | None = None,
 ) -> Iterator[ThreeNodes]:
     """Three combined nodes of `kind`; `kafka_heap`: each Kafka JVM's heap (the tests' small
-    default holds a few hundred partitions; 10,000 need about 1 GiB)."""
+    default holds a few hundred partitions; 10,000 need about 1 GiB); `each`: settings of one
+    node, by node id."""
     if kind == "gregor":
-        cluster = start_cluster(directory, 3, 0, dict(extra or {}))
+        per_node = {node_id: dict(settings) for node_id, settings in (each or {}).items()}
+        cluster = start_cluster(directory, 3, 0, dict(extra or {}), each=per_node)
         try:
             # Each node answers from its own copy of the metadata: wait until all list all.
             wait_for_brokers({b.node_id: b.port for b in cluster.brokers}, {1, 2, 3}, 60)
@@ -157,7 +160,7 @@ def three_nodes(
         finally:
             cluster.kill()
     else:
-        brokers = start_kafka_cluster(directory, 3, extra, heap=kafka_heap)
+        brokers = start_kafka_cluster(directory, 3, extra, heap=kafka_heap, each=each)
         try:
             yield ThreeNodes(kind, ",".join(b.bootstrap for b in brokers), _kafka=brokers)
         finally:

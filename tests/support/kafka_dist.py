@@ -588,9 +588,11 @@ def start_kafka_cluster(
     *,
     heap: str = "384m",
     timeout: float = 120.0,
+    each: Mapping[int, Mapping[str, str]] | None = None,
 ) -> list[KafkaBroker]:
     """`count` combined Kafka nodes (node ids 1..count, voters of one quorum), each in
-    `directory/kafka-<id>`; returns once every one has started. The caller stops them."""
+    `directory/kafka-<id>`; returns once every one has started. The caller stops them.
+    `each` adds settings to one node, by node id."""
     ports = [(free_port(), free_port()) for _ in range(count)]
     voters = ",".join(f"{i}@localhost:{c}" for i, (_, c) in enumerate(ports, start=1))
     cluster_id = _cluster_id()
@@ -601,9 +603,8 @@ def start_kafka_cluster(
             home.mkdir(parents=True, exist_ok=True)
             properties = _kafka_properties(home, node_id, port, controller_port, voters)
             config = home / "server.properties"
-            config.write_text(
-                "".join(f"{k}={v}\n" for k, v in (properties | dict(extra or {})).items())
-            )
+            settings = properties | dict(extra or {}) | dict((each or {}).get(node_id, {}))
+            config.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
             format_storage(config, cluster_id)
             log = home / "kafka.log"
             process = _launch(config, log, heap)

@@ -144,12 +144,27 @@ def test_broker_level_log_settings_become_topic_defaults_with_kafkas_precedence(
         ({"queued.max.request.bytes": "0"}, "queued.max.request.bytes"),
         ({"log.cleaner.enable": "maybe"}, "log.cleaner.enable"),
         ({"log.cleaner.backoff.ms": "-5"}, "log.cleaner.backoff.ms"),
+        ({"replica.selector.class": "com.example.Mine"}, "replica.selector.class"),
     ],
 )
 def test_invalid_values_name_the_key(properties: dict[str, str], key: str) -> None:
     with pytest.raises(InvalidConfig) as caught:
         BrokerConfig.from_properties(properties)
     assert key in str(caught.value)
+
+
+def test_kafkas_two_replica_selectors_are_understood_by_name() -> None:
+    rack_aware = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+    leader = "org.apache.kafka.common.replica.LeaderSelector"
+    assert (
+        BrokerConfig.from_properties({"replica.selector.class": rack_aware}).replica_selector_class
+        == rack_aware
+    )
+    assert (
+        BrokerConfig.from_properties({"replica.selector.class": leader}).replica_selector_class
+        is None
+    )
+    assert BrokerConfig.from_properties({}).replica_selector_class is None
 
 
 def test_dedicated_controllers_and_broker_only_nodes_are_valid() -> None:
