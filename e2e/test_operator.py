@@ -371,3 +371,51 @@ def test_external_listeners_take_clients_from_outside_the_cluster(
         assert producer.flush(30) == 0, listener
         got = read_all(bootstrap[listener], topic, 2, 200)
         assert sorted(int(m.value() or b"-1") for m in got) == list(range(200)), listener
+
+
+ZONE = "topology.kubernetes.io/zone"
+
+
+def test_with_rack_awareness_a_broker_starts_with_its_nodes_zone(
+    operator: str, kubectl: Kubectl, namespace: str
+) -> None:
+    """`spec.rack`: the operator reads the label of the node the broker's pod landed on and
+    puts it on the pod, which waits for it and starts with it as `broker.rack`; the status
+    says it. The pod reads no node (it has no access to any). The node here is given a zone
+    for the test; the three-zone spread and placement are the kind e2e's."""
+    (node,) = json.loads(kubectl("get", "nodes", "-o", "json"))["items"]
+    name = node["metadata"]["name"]
+    before = node["metadata"].get("labels", {}).get(ZONE)
+    kubectl("label", "node", name, f"{ZONE}=e2e-zone", "--overwrite")
+    try:
+        apply_example(kubectl, namespace, {"rack": {"topologyKey": ZONE}})
+        pod = f"{CLUSTER}-combined-0"
+
+        def racked() -> dict[str, Any] | None:
+            found = get(kubectl, namespace, "kafkacluster", CLUSTER) or {}
+            nodes = (found.get("status") or {}).get("nodes") or []
+            return found if nodes and nodes[0].get("rack") == "e2e-zone" else None
+
+        eventually("the status to give the broker's rack", racked, timeout=180)
+        found = get(kubectl, namespace, "pod", pod)
+        assert found is not None
+        assert found["metadata"]["annotations"]["gregor.dev/rack"] == "e2e-zone"
+        eventually(
+            "the broker to run with broker.rack",
+            lambda: (
+                "broker.rack=e2e-zone"
+                in kubectl(
+                    "exec",
+                    pod,
+                    "--",
+                    "sh",
+                    "-c",
+                    "tr '\\0' ' ' < /proc/1/cmdline",
+                    namespace=namespace,
+                )
+            ),
+            timeout=180,
+        )
+    finally:
+        label = f"{ZONE}={before}" if before else f"{ZONE}-"
+        kubectl("label", "node", name, label, "--overwrite")

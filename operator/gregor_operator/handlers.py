@@ -349,6 +349,8 @@ def _reconcile_once(body: kopf.Body) -> Plan:
     for kind, gone in found.deletions:
         if kind == "Service":
             adapter.delete_service(namespace, gone)
+    for pod, told in found.pod_annotations.items():
+        adapter.annotate_pod(namespace, pod, told)
     if found.restart is not None:
         adapter.delete_pod(namespace, found.restart.pod)
     if found.annotations:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -29,12 +30,21 @@ from .audits import (
     result_of,
     spark_run,
 )
-from .objects import EXTERNAL_LABEL, FIELD_MANAGER, Claims, Role, cluster_id_secret_name
+from .objects import (
+    EXTERNAL_LABEL,
+    FIELD_MANAGER,
+    RACK_ANNOTATION,
+    Claims,
+    Role,
+    cluster_id_secret_name,
+)
 from .observed import STUCK_REASONS, Observed, PodState, ServiceState, StatefulSetState
 
 __all__ = ["Kube"]
 
 _ROLES: dict[str, Role] = {"controller": "controller", "broker": "broker", "combined": "combined"}
+
+log = logging.getLogger(__name__)
 
 
 class Kube:
@@ -118,13 +128,41 @@ class Kube:
                     deleting=pod.metadata.deletion_timestamp is not None,
                     stuck=_stuck(pod),
                     last_error=_last_error(pod),
+                    node=pod.spec.node_name if pod.spec else None,
+                    rack=(pod.metadata.annotations or {}).get(RACK_ANNOTATION),
                 )
             )
         found_services: list[Any] = self.core.list_namespaced_service(
             namespace, label_selector=selector
         ).items
         services = {str(found.metadata.name): _service(found) for found in found_services}
-        return Observed(statefulsets, sorted(pods, key=lambda p: (p.pool, p.ordinal)), services)
+        return Observed(
+            statefulsets,
+            sorted(pods, key=lambda p: (p.pool, p.ordinal)),
+            services,
+            self._node_labels({pod.node for pod in pods if pod.node}),
+        )
+
+    def _node_labels(self, names: set[str]) -> dict[str, dict[str, str]]:
+        """The labels of these nodes; those the operator may not read (no ClusterRole for
+        nodes) or that are gone are left out, and rack awareness waits for them."""
+        found: dict[str, dict[str, str]] = {}
+        for name in sorted(names):
+            try:
+                node: Any = self.core.read_node(name)
+            except ApiException as exc:
+                if exc.status in (403, 404):
+                    log.info("cannot read node %s: %s %s", name, exc.status, exc.reason)
+                    continue
+                raise
+            found[name] = dict(node.metadata.labels or {})
+        return found
+
+    def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
+        """Set annotations on one of the cluster's pods (its rack: spec.rack)."""
+        self.core.patch_namespaced_pod(
+            name, namespace, {"metadata": {"annotations": dict(annotations)}}
+        )
 
     def custom_object(self, namespace: str, plural: str, name: str) -> dict[str, Any] | None:
         """One of the operator's resources, None if there is none of that name."""

@@ -283,7 +283,11 @@ class PodTemplate(Model):
 
 
 class Rack(Model):
-    """Rack awareness: each broker's `broker.rack` is its Kubernetes node's label."""
+    """Rack awareness: each broker's `broker.rack` is the value of a label of the Kubernetes
+    node its pod landed on (the operator reads the node and tells the pod; the pod needs no
+    access to nodes), and every pool's pods spread over that label's values (a topology
+    spread constraint, added to the template's own unless it already spreads over the key).
+    The controller then puts each partition's replicas in distinct racks."""
 
     topology_key: str = "topology.kubernetes.io/zone"
     """The node label whose value is the rack."""
@@ -483,6 +487,8 @@ class NodeStatus(Model):
     """The node has run on its formatted volume: if that volume is lost, the operator formats
     no new one (the node does not start) unless told to by the `gregor.dev/format-volumes`
     annotation, for brokers only."""
+    rack: str | None = None
+    """With `spec.rack`: the broker's `broker.rack`, its node's label as its pod was told."""
 
 
 class AuditRunStatus(Model):

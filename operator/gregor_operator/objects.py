@@ -38,6 +38,7 @@ __all__ = [
     "FORMATTED_FILE",
     "METRICS_PORT",
     "NODE_HOST",
+    "RACK_ANNOTATION",
     "REPLICATION_PORT",
     "VOTER_ROLES",
     "Claims",
@@ -70,6 +71,11 @@ CONFIG_DIR = "/etc/gregor"
 FIELD_MANAGER = "gregor-operator"
 CONFIG_HASH = "gregor.dev/config-hash"
 EXTERNAL_LABEL = "gregor.dev/listener"
+RACK_ANNOTATION = "gregor.dev/rack"
+"""On a broker's pod, with `spec.rack`: its node's label, which the operator copies there and
+the pod reads (through the downward API) as its `broker.rack` when it starts. The pod needs
+no access to nodes."""
+POD_INFO_DIR = "/etc/gregor/pod"
 """On the Services of an external listener: the listener's name."""
 SERVICE_TYPES = {"nodeport": "NodePort", "loadbalancer": "LoadBalancer"}
 DEFAULT_IMAGE = "gregor-broker:dev"
@@ -356,12 +362,54 @@ def _command(target: Target, spec: KafkaClusterSpec, pool: Pool, *, ephemeral: b
             else:
                 advertised.append(f"{name}://{host}:{port}")
         overrides.append(f'--override "advertised.listeners={",".join(advertised)}"')
+    if pool.is_broker and spec.rack is not None:
+        lines.append(_rack_script(spec.rack.topology_key))
+        overrides.append('--override "broker.rack=$GREGOR_RACK"')
     lines.append(_format_script(ephemeral))
     script = (
         f"exec gregor broker --config {CONFIG_DIR}/server.properties "
         f'--cluster-id="$GREGOR_CLUSTER_ID" ' + " ".join(overrides)
     )
     return ["/bin/sh", "-c", "\n".join([*lines, script])]
+
+
+def _rack_script(topology_key: str) -> str:
+    """Wait for the operator to put the node's `topology_key` label on the pod (as
+    RACK_ANNOTATION), read through the downward API's annotations file."""
+    pattern = RACK_ANNOTATION.replace(".", "\\.").replace("/", "\\/")
+    return "\n".join(
+        [
+            'GREGOR_RACK=""',
+            'while [ -z "$GREGOR_RACK" ]; do',
+            f"  GREGOR_RACK=$(sed -n 's/^{pattern}=\"\\(.*\\)\"$/\\1/p' "
+            f"{POD_INFO_DIR}/annotations 2>/dev/null)",
+            f'  [ -n "$GREGOR_RACK" ] || {{ echo "waiting for the operator to give $POD_NAME '
+            f"its rack (its node's label {topology_key})\" >&2; sleep 2; }}",
+            "done",
+        ]
+    )
+
+
+def _spread(
+    target: Target, spec: KafkaClusterSpec, pool: Pool, theirs: list[dict[str, Any]] | None
+) -> list[dict[str, Any]] | None:
+    """The pod's topology spread constraints: the user's, and with `spec.rack` one that
+    spreads the pool over the rack label's values (one pod more at most in any), unless the
+    user already spreads over that key. Nodes without the label take none of its pods."""
+    constraints = list(theirs or [])
+    if spec.rack is None:
+        return constraints or None
+    key = spec.rack.topology_key
+    if not any(c.get("topologyKey") == key for c in constraints):
+        constraints.append(
+            {
+                "maxSkew": 1,
+                "topologyKey": key,
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": pool_selector(target, pool)},
+            }
+        )
+    return constraints
 
 
 def config_hash(target: Target, spec: KafkaClusterSpec, pool: Pool, *, ephemeral: bool) -> str:
@@ -629,7 +677,7 @@ def statefulset(
         ],
     }
     if template is not None:
-        for field in ("affinity", "tolerations", "topology_spread_constraints"):
+        for field in ("affinity", "tolerations"):
             value = getattr(template, field)
             if value is not None:
                 pod_spec[_camel(field)] = value
@@ -637,6 +685,23 @@ def statefulset(
             pod_spec["priorityClassName"] = template.priority_class_name
         if template.security_context is not None:
             pod_spec["securityContext"] = template.security_context
+    spread = _spread(target, spec, pool, template.topology_spread_constraints if template else None)
+    if spread is not None:
+        pod_spec["topologySpreadConstraints"] = spread
+    if pool.is_broker and spec.rack is not None:
+        pod_spec["volumes"].append(
+            {
+                "name": "pod-info",
+                "downwardAPI": {
+                    "items": [
+                        {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}
+                    ]
+                },
+            }
+        )
+        pod_spec["containers"][0]["volumeMounts"].append(
+            {"name": "pod-info", "mountPath": POD_INFO_DIR, "readOnly": True}
+        )
     sts_spec: dict[str, Any] = {
         "replicas": replicas,
         "serviceName": headless_name(target),

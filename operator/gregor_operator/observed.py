@@ -57,6 +57,10 @@ class PodState:
     ip: str | None = None
     host_ip: str | None = None
     """The address of the node it runs on."""
+    node: str | None = None
+    """The name of the Kubernetes node it was scheduled to."""
+    rack: str | None = None
+    """Its `gregor.dev/rack` annotation: the rack the operator told it (spec.rack)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +89,9 @@ class Observed:
     pods: Sequence[PodState] = ()
     services: Mapping[str, ServiceState] = field(default_factory=dict)
     """The cluster's Services, by name."""
+    node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """The labels of the Kubernetes nodes the cluster's pods were scheduled to, by name
+    (empty where the operator may not read nodes)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,6 +44,8 @@ from .listeners import (
 )
 from .models import KafkaCluster, problems
 from .objects import (
+    BROKER_ROLES,
+    RACK_ANNOTATION,
     Claims,
     Role,
     Target,
@@ -122,6 +124,8 @@ class Plan:
     """(kind, name) of owned objects the spec no longer has."""
     annotations: dict[str, str | None] = field(default_factory=dict)
     """The resource's own annotations to set (None: remove), once a request in one is done."""
+    pod_annotations: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Annotations to set on the cluster's pods, by pod: each broker's rack (spec.rack)."""
     asks: list[Ask] = field(default_factory=list)
     """Restart verdicts the roll would weigh that `facts` lacks: the handler asks the nodes
     and plans again with their answers."""
@@ -223,6 +227,19 @@ def plan(
             ConditionState("ChangeRefused", "True", refused[0][0], "; ".join(m for _, m in refused))
         )
     events = [("Warning", reason, message) for reason, message in refused]
+    racks, unlabelled = _racks(cluster, observed)
+    if racks:
+        requeue = min(requeue or WAIT_S, PENDING_WAIT_S)  # the pods wait for it to start
+    if unlabelled:
+        key = cluster.spec.rack.topology_key if cluster.spec.rack else ""
+        events.append(
+            (
+                "Warning",
+                "RackLabelMissing",
+                f"these pods' nodes have no label {key}, so they do not start: "
+                + ", ".join(unlabelled),
+            )
+        )
     if restart is not None:
         events.append(("Normal", "RollingRestart", f"restarting {restart.pod}: {restart.reason}"))
     wanted = {o["metadata"]["name"] for o in objects if o["kind"] == "Service"}
@@ -244,7 +261,30 @@ def plan(
             {} if disks.annotation is None else {FORMAT_ANNOTATION: disks.annotation or None}
         ),
         asks=asks,
+        pod_annotations={pod: {RACK_ANNOTATION: rack} for pod, rack in racks.items()},
     )
+
+
+def _racks(cluster: KafkaCluster, observed: Observed) -> tuple[dict[str, str], list[str]]:
+    """With `spec.rack`: the rack to tell each broker pod that was scheduled and does not
+    have it yet (its node's label), and the pods whose node has no such label."""
+    rack = cluster.spec.rack
+    if rack is None:
+        return {}, []
+    told: dict[str, str] = {}
+    unlabelled: list[str] = []
+    for pod in observed.pods:
+        if pod.pool not in BROKER_ROLES or pod.node is None or pod.deleting:
+            continue
+        labels = observed.node_labels.get(pod.node)
+        if labels is None:
+            continue  # the node could not be read: nothing to say yet
+        value = labels.get(rack.topology_key)
+        if value is None:
+            unlabelled.append(f"{pod.name} (on {pod.node})")
+        elif pod.rack != value:
+            told[pod.name] = value
+    return told, unlabelled
 
 
 def _invalid(message: str, *, reason: str = "InvalidSpec") -> Plan:
@@ -523,6 +563,8 @@ def _status(
             }
             if pool.is_broker and facts is not None:
                 node["brokerState"] = facts.brokers.get(node_id(pool, ordinal), "NotRegistered")
+            if pod is not None and pod.rack is not None and cluster.spec.rack is not None:
+                node["rack"] = pod.rack
             if name in (started or {}):
                 uid, addresses = (started or {})[name]
                 node |= {"podUid": uid, "addresses": dict(addresses)}

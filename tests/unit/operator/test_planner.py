@@ -199,14 +199,23 @@ def test_the_headless_service_publishes_nodes_before_they_are_ready() -> None:
 
 
 def _pod_commands(
-    found: Plan, statefulset: str, ordinal: int, host_ip: str = NODE_IP
+    found: Plan,
+    statefulset: str,
+    ordinal: int,
+    host_ip: str = NODE_IP,
+    annotations: dict[str, str] | None = None,
 ) -> list[list[str]]:
     """The `gregor` commands a pod runs, each as its arguments: its command run under /bin/sh
-    with a stand-in `gregor`, its ConfigMap mounted where the command reads it."""
+    with a stand-in `gregor`, its ConfigMap mounted where the command reads it, and its
+    `annotations` where the downward API puts them."""
     config_map = objects(found, "ConfigMap")[f"{statefulset}-config"]
     mounted = Path(tempfile.mkdtemp())
     for key, text in config_map["data"].items():
         (mounted / key).write_text(text)
+    (mounted / "pod").mkdir()
+    (mounted / "pod" / "annotations").write_text(
+        "".join(f'{key}="{value}"\n' for key, value in (annotations or {}).items())
+    )
     (container,) = objects(found, "StatefulSet")[statefulset]["spec"]["template"]["spec"][
         "containers"
     ]
@@ -233,13 +242,17 @@ def _pod_commands(
 
 
 def _pod_properties(
-    found: Plan, statefulset: str, ordinal: int, host_ip: str = NODE_IP
+    found: Plan,
+    statefulset: str,
+    ordinal: int,
+    host_ip: str = NODE_IP,
+    annotations: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """What a pod's node reads: its pool's server.properties and the overrides its command
     computes."""
     config_map = objects(found, "ConfigMap")[f"{statefulset}-config"]
     properties = parse_properties(config_map["data"]["server.properties"])
-    *_, last = _pod_commands(found, statefulset, ordinal, host_ip)
+    *_, last = _pod_commands(found, statefulset, ordinal, host_ip, annotations)
     args = build_parser().parse_args(last)  # as `gregor` itself reads them
     assert (args.command, args.cluster_id) == ("broker", CLUSTER_ID)
     return properties | dict(o.split("=", 1) for o in args.override)
@@ -267,6 +280,70 @@ def test_every_node_gets_a_configuration_the_broker_accepts(
         ]
     voters = properties["controller.quorum.voters"]
     assert voters.count("@") == 3 if name == "kafkacluster.yaml" else 1
+
+
+ZONE = "topology.kubernetes.io/zone"
+
+
+def with_rack(constraints: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    resource = example()
+    resource["spec"]["rack"] = {"topologyKey": ZONE}
+    if constraints is not None:
+        resource["spec"]["template"] = {"topologySpreadConstraints": constraints}
+    return resource
+
+
+def test_with_rack_awareness_every_pool_spreads_over_the_racks_beside_the_users_rules() -> None:
+    by_host = {
+        "maxSkew": 2,
+        "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "ScheduleAnyway",
+    }
+    sets = objects(planned(with_rack([by_host])), "StatefulSet")
+    for name, pool in (("gregor-broker", "broker"), ("gregor-controller", "controller")):
+        spread = sets[name]["spec"]["template"]["spec"]["topologySpreadConstraints"]
+        assert spread[0] == by_host
+        assert spread[1] == {
+            "maxSkew": 1,
+            "topologyKey": ZONE,
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {
+                "matchLabels": {"gregor.dev/cluster": "gregor", "gregor.dev/pool": pool}
+            },
+        }
+    theirs = {"maxSkew": 3, "topologyKey": ZONE, "whenUnsatisfiable": "ScheduleAnyway"}
+    kept = objects(planned(with_rack([theirs])), "StatefulSet")["gregor-broker"]
+    assert kept["spec"]["template"]["spec"]["topologySpreadConstraints"] == [theirs]
+    plain = objects(planned(example()), "StatefulSet")["gregor-broker"]
+    assert "topologySpreadConstraints" not in plain["spec"]["template"]["spec"]
+
+
+def test_a_broker_starts_with_the_rack_the_operator_put_on_its_pod() -> None:
+    found = planned(with_rack())
+    properties = _pod_properties(
+        found, "gregor-broker", 1, annotations={"gregor.dev/rack": "zone-b"}
+    )
+    assert BrokerConfig.from_properties(properties).broker_rack == "zone-b"
+    controller = _pod_properties(found, "gregor-controller", 0)
+    assert "broker.rack" not in controller  # a controller holds no replicas
+
+
+def test_the_operator_tells_each_scheduled_broker_its_nodes_label_once() -> None:
+    pods = [dataclasses.replace(pod, node=f"worker-{pod.ordinal}") for pod in running(CURRENT).pods]
+    told = dataclasses.replace(pods[4], rack="zone-b")  # gregor-broker-1, told already
+    pods = [told if pod.name == told.name else pod for pod in pods]
+    unscheduled = dataclasses.replace(pods[5], node=None)  # gregor-broker-2
+    pods[5] = unscheduled
+    labels = {"worker-0": {ZONE: "zone-a"}, "worker-1": {ZONE: "zone-b"}, "worker-2": {}}
+    observed = Observed(running(CURRENT).statefulsets, pods, node_labels=labels)
+    found = planned(with_rack(), observed, HEALTHY)
+    assert found.pod_annotations == {"gregor-broker-0": {"gregor.dev/rack": "zone-a"}}
+    assert found.requeue_after == pytest.approx(2.0)  # the pod waits for it to start
+    assert [n.get("rack") for n in found.status["nodes"][3:]] == [None, "zone-b", None]
+    pods[5] = dataclasses.replace(unscheduled, node="worker-2")
+    missing = planned(with_rack(), Observed(observed.statefulsets, pods, node_labels=labels))
+    assert ("Warning", "RackLabelMissing") in [event[:2] for event in missing.events]
+    assert planned(example(), observed, HEALTHY).pod_annotations == {}
 
 
 def test_the_users_config_reaches_every_node() -> None:
