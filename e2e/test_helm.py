@@ -364,7 +364,25 @@ def test_helm_upgrade_to_a_new_broker_image_rolls_every_node_one_at_a_time_losin
         namespace=apps,
     )  # fmt: skip
     time.sleep(3)
+    # Paused first: the new image is due everywhere, status.rollout says so, nothing restarts.
+    pause = '{"spec": {"rollout": {"paused": %s}}}'
+    kubectl("patch", "kc", CLUSTER, "--type=merge", "-p", pause % "true", namespace=apps)
     release.run("upgrade", *release.values(rolled, images[1], images[2]), "--wait", "--timeout=3m")
+
+    def listed() -> dict[str, Any] | None:
+        found = get(kubectl, apps, "kafkacluster", CLUSTER) or {}
+        rollout = (found.get("status") or {}).get("rollout") or {}
+        return rollout if len(rollout.get("pods") or []) == len(before) else None
+
+    rollout = eventually("status.rollout to list every pod", listed)
+    assert rollout["paused"] is True
+    assert {p["state"] for p in rollout["pods"]} == {"Pending"}, rollout
+    assert rollout["pods"][0]["reason"] == "its configuration or image changed"
+    time.sleep(10)
+    assert {n: uid for n, (uid, _) in _pods(kubectl, apps).items()} == {
+        n: uid for n, (uid, _) in before.items()
+    }, "a pod restarted while the roll was paused"
+    kubectl("patch", "kc", CLUSTER, "--type=merge", "-p", pause % "false", namespace=apps)
 
     # Every pod is replaced, one at a time, and never more than one broker is out of service.
     # Controllers may all be unready for the moment their quorum elects a leader.

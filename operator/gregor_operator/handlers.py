@@ -351,11 +351,13 @@ def _reconcile_once(body: kopf.Body) -> Plan:
             adapter.delete_service(namespace, gone)
     for pod, told in found.pod_annotations.items():
         adapter.annotate_pod(namespace, pod, told)
+    # The status (status.rollout names the pod) before the restart: an operator stopped in
+    # between finds the roll where it was.
+    _write_status(body, "kafkaclusters", found)
     if found.restart is not None:
         adapter.delete_pod(namespace, found.restart.pod)
     if found.annotations:
         adapter.patch_annotations("kafkaclusters", namespace, name, found.annotations)
-    _write_status(body, "kafkaclusters", found)
     return found
 
 

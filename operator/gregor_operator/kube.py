@@ -34,6 +34,7 @@ from .objects import (
     EXTERNAL_LABEL,
     FIELD_MANAGER,
     RACK_ANNOTATION,
+    RESTART_ANNOTATION,
     Claims,
     Role,
     cluster_id_secret_name,
@@ -130,6 +131,7 @@ class Kube:
                     last_error=_last_error(pod),
                     node=pod.spec.node_name if pod.spec else None,
                     rack=(pod.metadata.annotations or {}).get(RACK_ANNOTATION),
+                    restart_requested=RESTART_ANNOTATION in (pod.metadata.annotations or {}),
                 )
             )
         found_services: list[Any] = self.core.list_namespaced_service(

@@ -293,6 +293,14 @@ class Rack(Model):
     """The node label whose value is the rack."""
 
 
+class Rollout(Model):
+    """How the operator rolls the cluster's pods when they must restart."""
+
+    paused: bool = False
+    """Restart no pod until it is false again (what is due stays listed in
+    `status.rollout`); objects are still applied."""
+
+
 class Metrics(Model):
     enabled: bool = True
     """Serve Prometheus metrics on port 9404 of every pod."""
@@ -436,6 +444,7 @@ class KafkaClusterSpec(Model):
     template: PodTemplate | None = None
     rack: Rack | None = None
     metrics: Metrics = Metrics()
+    rollout: Rollout = Rollout()
     retention_audit: RetentionAudit | None = None
     """Audit the cluster's topics' retention with Spark on Kubernetes (off if unset). The
     annotation `gregor.dev/audit-retention` (any new value) on the cluster, or on a `Topic`
@@ -514,8 +523,27 @@ class AuditRunStatus(Model):
     """Why `launcher: Auto` launches Jobs though SparkApplications are served."""
 
 
+class RolloutPodStatus(Model):
+    pod: str
+    reason: str
+    """Why it is to restart: its configuration or image changed, its external address moved,
+    it is stuck on an old revision, the `gregor.dev/restart` annotation, a new volume."""
+    state: Literal["Pending", "Restarting"]
+    """Restarting: deleted by the operator, not back and ready yet."""
+
+
+class RolloutStatus(Model):
+    paused: bool = False
+    pods: list[RolloutPodStatus] = []
+    """The pods to restart, in the order the roll takes them."""
+    held: str | None = None
+    """What holds the next restart, when something does."""
+
+
 class KafkaClusterStatus(Status):
     cluster_id: str | None = None
+    rollout: RolloutStatus | None = None
+    """The rolling restart under way, written before each restart (absent when none is)."""
     retention_audit: AuditRunStatus | None = None
     listeners: list[ListenerStatus] | None = None
     nodes: list[NodeStatus] | None = None

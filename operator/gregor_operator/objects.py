@@ -76,6 +76,9 @@ RACK_ANNOTATION = "gregor.dev/rack"
 the pod reads (through the downward API) as its `broker.rack` when it starts. The pod needs
 no access to nodes."""
 POD_INFO_DIR = "/etc/gregor/pod"
+RESTART_ANNOTATION = "gregor.dev/restart"
+"""On a pod (any value): restart it, in its turn and under the roll's rules (Strimzi's
+manual rolling update). The pod that replaces it does not carry it, so it restarts once."""
 """On the Services of an external listener: the listener's name."""
 SERVICE_TYPES = {"nodeport": "NodePort", "loadbalancer": "LoadBalancer"}
 DEFAULT_IMAGE = "gregor-broker:dev"

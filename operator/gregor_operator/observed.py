@@ -61,6 +61,9 @@ class PodState:
     """The name of the Kubernetes node it was scheduled to."""
     rack: str | None = None
     """Its `gregor.dev/rack` annotation: the rack the operator told it (spec.rack)."""
+    restart_requested: bool = False
+    """It carries the `gregor.dev/restart` annotation: a user asked for it to restart (the
+    pod that replaces it does not carry it)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,8 +64,16 @@ from .observed import (
     StatefulSetState,
     Verdict,
 )
-from .roller import Ask, Restart, a_voter_is_due, next_step, node_id, verdicts_wanted
-from .roller import outdated as is_outdated
+from .roller import (
+    Ask,
+    Restart,
+    a_voter_is_due,
+    due,
+    next_step,
+    node_id,
+    rollout_status,
+    verdicts_wanted,
+)
 from .volumes import FORMAT_ANNOTATION, Volumes, lost_volume, says_not_formatted, volumes
 
 __all__ = [
@@ -185,6 +193,7 @@ def plan(
         dns_ttl_s=dns_ttl_s,
         moved=moved,
         to_format=disks.to_format,
+        paused=cluster.spec.rollout.paused,
     )
     restart, settling = step.restart, step.settling
     asks = (
@@ -249,7 +258,17 @@ def plan(
         conditions=conditions,
         status=_status(
             cluster, target, observed, facts, replicas, started=started, formatted=disks.formatted
-        ),
+        )
+        | {
+            "rollout": rollout_status(
+                observed,
+                moved,
+                facts,
+                step,
+                paused=cluster.spec.rollout.paused,
+                recorded=(resource.get("status") or {}).get("rollout"),
+            )
+        },
         events=events,
         requeue_after=requeue,
         deletions=[
@@ -451,9 +470,7 @@ def _conditions(
 ) -> tuple[list[ConditionState], float | None]:
     expected = _expected_pods(cluster, replicas)
     ready = [pod for pod in observed.pods if pod.ready and not pod.deleting]
-    outdated = [
-        pod.name for pod in observed.pods if is_outdated(pod, observed) or pod.name in (moved or {})
-    ]
+    outdated = [pod.name for pod in due(observed, moved or {})]
     not_ready = sorted(_stuck_text(pod) for pod in observed.pods if not pod.ready or pod.deleting)
     missing = expected - len(observed.pods)
     brokers = [
@@ -499,7 +516,7 @@ def _conditions(
             "Ready",
             "False",
             "RollingRestart",
-            f"{len(outdated)} node(s) to restart for a new revision: {', '.join(sorted(outdated))}",
+            f"{len(outdated)} node(s) to restart: {', '.join(sorted(outdated))}",
         )
     elif facts.under_replicated:
         ready_condition = ConditionState(

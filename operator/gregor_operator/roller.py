@@ -9,10 +9,12 @@ where these rules differ, they say why.
 
 A rolling restart follows these rules, one decision per reconciliation:
 
-1. A pod is *outdated* when its StatefulSet revision is not the StatefulSet's update revision
-   (its configuration, image or pod template changed), or when a broker's address on an
-   external listener is no longer the one it started with. Only outdated pods are restarted.
-2. Never more than one pod at a time: while a pod is being deleted, nothing else is.
+1. A pod is *due* when its StatefulSet revision is not the StatefulSet's update revision
+   (its configuration, image or pod template changed), when a broker's address on an
+   external listener is no longer the one it started with, or when it carries the
+   `gregor.dev/restart` annotation. Only due pods are restarted.
+2. Never more than one pod at a time: while a pod is being deleted, nothing else is; and
+   nothing at all while `spec.rollout.paused` is true.
 3. Every pod the cluster should have must exist: a pod the StatefulSet has not (re)created
    yet, a restarted one among them, holds every restart. Counting only the pods that exist
    once let a roll restart a second controller while the first was still gone.
@@ -45,8 +47,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from .objects import BROKER_ROLES, VOTER_ROLES, Pool, Role
+from .objects import BROKER_ROLES, RESTART_ANNOTATION, VOTER_ROLES, Pool, Role
 from .observed import BrokerFacts, Observed, PodState
 from .volumes import FORMAT_ANNOTATION, says_not_formatted
 
@@ -55,9 +58,12 @@ __all__ = [
     "Restart",
     "Step",
     "a_voter_is_due",
+    "due",
     "next_step",
     "node_id",
     "outdated",
+    "reason",
+    "rollout_status",
     "verdicts_wanted",
     "whom_to_ask",
 ]
@@ -109,7 +115,8 @@ def a_voter_is_due(observed: Observed, moved: Collection[str] = ()) -> bool:
     """Whether a voter is to be restarted: only then does the roll need to know which one
     is the active controller (rules 6 and 8), which costs asking each voter."""
     return any(
-        pod.pool in VOTER_ROLES and (outdated(pod, observed) or pod.name in moved)
+        pod.pool in VOTER_ROLES
+        and (outdated(pod, observed) or pod.name in moved or pod.restart_requested)
         for pod in observed.pods
     )
 
@@ -127,8 +134,23 @@ class _Ordering:
         return rank, self.active_controller == pod.name, pod.ordinal
 
 
-def _due(observed: Observed, moved: Mapping[str, str]) -> list[PodState]:
-    return [pod for pod in observed.pods if outdated(pod, observed) or pod.name in moved]
+def due(observed: Observed, moved: Mapping[str, str]) -> list[PodState]:
+    return [
+        pod
+        for pod in observed.pods
+        if outdated(pod, observed) or pod.name in moved or pod.restart_requested
+    ]
+
+
+def reason(pod: PodState, observed: Observed, moved: Mapping[str, str]) -> str:
+    """Why a due pod restarts (rule 1), as the Event and `status.rollout` say it."""
+    if pod.name in moved:
+        return moved[pod.name]
+    if outdated(pod, observed):
+        if pod.stuck is not None:
+            return f"it is stuck ({pod.stuck}) on an old revision"
+        return "its configuration or image changed"
+    return f"asked by the {RESTART_ANNOTATION} annotation"
 
 
 def verdicts_wanted(
@@ -138,9 +160,9 @@ def verdicts_wanted(
     outdated voter's while the quorum rolls (only the first is weighed), else each outdated
     broker's."""
     by_role = {pool.role: pool for pool in pools}
-    due = sorted(_due(observed, moved), key=_order(facts))
-    voters = [pod for pod in due if pod.pool in VOTER_ROLES]
-    chosen = voters[:1] or due
+    waiting = sorted(due(observed, moved), key=_order(facts))
+    voters = [pod for pod in waiting if pod.pool in VOTER_ROLES]
+    chosen = voters[:1] or waiting
     return [
         Ask((node_id(by_role[pod.pool], pod.ordinal),), pod.name, pod.pool in VOTER_ROLES)
         for pod in chosen
@@ -173,6 +195,7 @@ def next_step(
     dns_ttl_s: float,
     moved: Mapping[str, str],
     to_format: Collection[int] = (),
+    paused: bool = False,
 ) -> Step:
     """The rules of the module's docstring, in order; `expected`: the name of every pod the
     pools should have (rule 3)."""
@@ -180,27 +203,29 @@ def next_step(
     deleting = [pod.name for pod in observed.pods if pod.deleting]
     if deleting:  # 2
         return Step(held=f"waiting for {', '.join(deleting)} to be deleted")
+    if paused:  # 2
+        return Step(held="paused (spec.rollout.paused)")
     for pod in observed.pods:
         pool = by_role.get(pod.pool)
         accepted = pool is not None and node_id(pool, pod.ordinal) in to_format
         if accepted and not pod.ready and says_not_formatted(pod):
             why = f"its new volume is to be formatted ({FORMAT_ANNOTATION})"
             return Step(Restart(pod.name, why))
-    due = _due(observed, moved)  # 1
-    if not due:
+    waiting = due(observed, moved)  # 1
+    if not waiting:
         return Step()
     present = {pod.name for pod in observed.pods}
     missing = [name for name in expected if name not in present]
     if missing:  # 3
         return Step(held=f"waiting for pods not created yet: {', '.join(missing)}")
-    for pod in due:  # 4
+    for pod in waiting:  # 4
         if pod.stuck is not None:
-            return Step(Restart(pod.name, f"it is stuck ({pod.stuck}) on an old revision"))
+            return Step(Restart(pod.name, reason(pod, observed, moved)))
     not_ready = [pod.name for pod in observed.pods if not pod.ready]
     if not_ready:  # 5
         return Step(held=f"waiting for {', '.join(sorted(not_ready))} to be ready")
     held: list[str] = []
-    for pod in sorted(due, key=_order(facts)):  # 6
+    for pod in sorted(waiting, key=_order(facts)):  # 6
         pool = by_role.get(pod.pool)
         if pool is None:
             continue
@@ -214,8 +239,46 @@ def next_step(
             settling = _dns_settling(pod, observed, dns_ttl_s)  # 8
             if settling is not None:
                 return Step(settling=settling, held=settling[1])
-        return Step(Restart(pod.name, moved.get(pod.name, "its configuration or image changed")))
+        return Step(Restart(pod.name, reason(pod, observed, moved)))
     return Step(held="restarts held: " + "; ".join(held))
+
+
+def rollout_status(
+    observed: Observed,
+    moved: Mapping[str, str],
+    facts: BrokerFacts | None,
+    step: Step,
+    *,
+    paused: bool,
+    recorded: Mapping[str, Any] | None,
+) -> dict[str, Any] | None:
+    """`status.rollout`: the pods the roll restarts, in its order, the one it is restarting
+    (kept `Restarting` from the record until it is back and ready, so an operator that
+    restarts meanwhile still says so), and what holds the next. None when no roll is due."""
+    present = {pod.name: pod for pod in observed.pods}
+    pods: list[dict[str, str]] = []
+    for entry in (recorded or {}).get("pods") or []:
+        if entry.get("state") != "Restarting" or "pod" not in entry:
+            continue
+        pod = present.get(entry["pod"])
+        if pod is None or pod.deleting or not pod.ready:
+            pods.append(
+                {"pod": entry["pod"], "reason": str(entry.get("reason", "")), "state": "Restarting"}
+            )
+    if step.restart is not None:
+        pods.append({"pod": step.restart.pod, "reason": step.restart.reason, "state": "Restarting"})
+    listed = {entry["pod"] for entry in pods}
+    pods += [
+        {"pod": pod.name, "reason": reason(pod, observed, moved), "state": "Pending"}
+        for pod in sorted(due(observed, moved), key=_order(facts))
+        if pod.name not in listed
+    ]
+    if not pods:
+        return None
+    found: dict[str, Any] = {"paused": paused, "pods": pods}
+    if step.held is not None:
+        found["held"] = step.held
+    return found
 
 
 def _verdict_blocks(pool: Pool, node: int, facts: BrokerFacts | None) -> str | None:

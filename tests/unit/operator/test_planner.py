@@ -1094,3 +1094,66 @@ def test_a_condition_keeps_its_transition_time_until_its_status_changes() -> Non
     assert [c["lastTransitionTime"] for c in (first[0], second[0], third[0])] == ["t1", "t1", "t3"]
     assert second[0]["message"] == "4/6"
     assert third[0]["observedGeneration"] == 2
+
+
+# -- status.rollout, pausing, asking for a restart --------------------------------------------
+
+
+def test_a_paused_roll_restarts_nothing_and_lists_what_is_due() -> None:
+    resource = example()
+    resource["spec"]["rollout"] = {"paused": True}
+    observed = running(ROLLED, pod_revisions=_all_at(CURRENT))
+    found = planned(resource, observed, HEALTHY)
+    assert found.restart is None
+    rollout = found.status["rollout"]
+    assert rollout["paused"] is True
+    assert rollout["held"] == "paused (spec.rollout.paused)"
+    assert [p["pod"] for p in rollout["pods"]][:3] == [
+        "gregor-controller-0",
+        "gregor-controller-2",
+        "gregor-controller-1",  # the active controller last
+    ]
+    assert {p["state"] for p in rollout["pods"]} == {"Pending"}
+    assert "paused" in condition(found, "Reconciling").message
+    resource["spec"]["rollout"] = {"paused": False}
+    assert restarted(planned(resource, observed, HEALTHY)) == "gregor-controller-0"
+
+
+def test_a_pod_annotated_for_a_restart_is_restarted_in_its_turn() -> None:
+    observed = running(CURRENT)
+    pods = [
+        dataclasses.replace(pod, restart_requested=pod.name == "gregor-broker-2")
+        for pod in observed.pods
+    ]
+    found = planned(example(), Observed(observed.statefulsets, pods), HEALTHY)
+    assert found.restart == Restart("gregor-broker-2", "asked by the gregor.dev/restart annotation")
+    assert found.events[-1] == (
+        "Normal",
+        "RollingRestart",
+        "restarting gregor-broker-2: asked by the gregor.dev/restart annotation",
+    )
+
+
+def test_status_rollout_names_the_restarting_pod_until_it_is_back_and_ready() -> None:
+    resource = example()
+    before = running(ROLLED, pod_revisions=_all_at(ROLLED) | {"gregor-broker-0": "rev-b1"})
+    found = planned(resource, before, HEALTHY)
+    assert found.status["rollout"]["pods"] == [
+        {
+            "pod": "gregor-broker-0",
+            "reason": "its configuration or image changed",
+            "state": "Restarting",
+        }
+    ]
+    # The operator restarts: the pod is gone, and only the record says which one it was.
+    resource["status"] = {"rollout": found.status["rollout"]}
+    gone = Observed(before.statefulsets, [p for p in before.pods if p.name != "gregor-broker-0"])
+    again = planned(resource, gone, HEALTHY)
+    assert again.restart is None
+    assert again.status["rollout"]["pods"][0]["state"] == "Restarting"
+    starting = running(ROLLED, not_ready=["gregor-broker-0"])
+    assert planned(resource, starting, HEALTHY).status["rollout"]["pods"][0]["pod"] == (
+        "gregor-broker-0"
+    )
+    back = planned(resource, running(ROLLED), HEALTHY)
+    assert back.status["rollout"] is None  # nothing due: the roll is over
