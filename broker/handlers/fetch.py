@@ -363,7 +363,11 @@ class Handler:
             if result.records is not None:
                 total += result.records.size
                 budget -= result.records.size
-            if result.error != ErrorCode.none or result.diverging_epoch is not None:
+            if (
+                result.error != ErrorCode.none
+                or result.diverging_epoch is not None
+                or result.preferred_read_replica >= 0
+            ):
                 errors = True  # answered at once, as Kafka does
             reads.append((item, result))
         return reads, total, errors
@@ -386,7 +390,9 @@ class Handler:
                 or result.log_start_offset != held.sent_log_start_offset
             )
             failed = result.error != ErrorCode.none or result.diverging_epoch is not None
-            if not incremental or records or moved or failed:
+            # A consumer sent to another replica is always told (KIP-392), as Kafka does.
+            redirected = result.preferred_read_replica >= 0
+            if not incremental or records or moved or failed or redirected:
                 answered.append((item, result))
             key = session_key(held.topic_id, held.topic, held.partition)
             name = item.name or ""

@@ -171,9 +171,10 @@ class LeaderReplication(HostedPartitions):
 
     def readable_past(self, topic: str, index: int, offset: int, *, follower: bool) -> bool:
         """Whether this leader holds records past `offset` that a follower (up to the log
-        end) or a consumer (up to the high watermark) could read."""
+        end) could read, or this replica (leader, or a follower serving consumers: KIP-392)
+        records a consumer (up to the high watermark) could."""
         partition = self.partitions.get((topic, index))
-        if partition is None or not partition.is_leader:
+        if partition is None or (follower and not partition.is_leader):
             return False
         end = partition.log.log_end_offset if follower else partition.high_watermark
         return end > offset

@@ -87,7 +87,9 @@ class Kube:
         encoded = (secret.data or {}).get("cluster.id")
         return None if encoded is None else base64.b64decode(encoded).decode()
 
-    def observe(self, namespace: str, name: str) -> Observed:
+    def observe(self, namespace: str, name: str, *, nodes: bool = False) -> Observed:
+        """The cluster's StatefulSets, pods and Services; with `nodes` (spec.rack), the
+        labels of the nodes its pods were scheduled to."""
         selector = f"gregor.dev/cluster={name}"
         statefulsets: dict[Role, StatefulSetState] = {}
         found_sets: list[Any] = self.apps.list_namespaced_stateful_set(
@@ -138,33 +140,39 @@ class Kube:
             namespace, label_selector=selector
         ).items
         services = {str(found.metadata.name): _service(found) for found in found_services}
+        labels, refused = (
+            self._node_labels({pod.node for pod in pods if pod.node}) if nodes else ({}, None)
+        )
         return Observed(
             statefulsets,
             sorted(pods, key=lambda p: (p.pool, p.ordinal)),
             services,
-            self._node_labels({pod.node for pod in pods if pod.node}),
+            labels,
+            nodes_refused=refused,
         )
 
-    def _node_labels(self, names: set[str]) -> dict[str, dict[str, str]]:
-        """The labels of these nodes; those the operator may not read (no ClusterRole for
-        nodes) or that are gone are left out, and rack awareness waits for them."""
+    def _node_labels(self, names: set[str]) -> tuple[dict[str, dict[str, str]], str | None]:
+        """The labels of these nodes, and what the API server said when it refused to show
+        one (the operator lacks the ClusterRole rule to get nodes). A node that is gone is
+        left out."""
         found: dict[str, dict[str, str]] = {}
         for name in sorted(names):
             try:
                 node: Any = self.core.read_node(name)
             except ApiException as exc:
-                if exc.status in (403, 404):
-                    log.info("cannot read node %s: %s %s", name, exc.status, exc.reason)
+                if exc.status == 403:
+                    return found, f"{exc.status} {exc.reason}: cannot get node {name}"
+                if exc.status == 404:
                     continue
                 raise
             found[name] = dict(node.metadata.labels or {})
-        return found
+        return found, None
 
     def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
-        """Set annotations on one of the cluster's pods (its rack: spec.rack)."""
-        self.core.patch_namespaced_pod(
-            name, namespace, {"metadata": {"annotations": dict(annotations)}}
-        )
+        """Set annotations on one of the cluster's pods (its rack: spec.rack); a pod gone
+        meanwhile is fine (its successor is told at the next reconciliation)."""
+        body = {"metadata": {"annotations": dict(annotations)}}
+        _unless_gone(lambda pod, ns: self.core.patch_namespaced_pod(pod, ns, body), name, namespace)
 
     def custom_object(self, namespace: str, plural: str, name: str) -> dict[str, Any] | None:
         """One of the operator's resources, None if there is none of that name."""

@@ -297,8 +297,10 @@ class Rollout(Model):
     """How the operator rolls the cluster's pods when they must restart."""
 
     paused: bool = False
-    """Restart no pod until it is false again (what is due stays listed in
-    `status.rollout`); objects are still applied."""
+    """Restart no pod until it is false again, stuck ones and volume formatting included
+    (what is due stays listed in `status.rollout`); objects are still applied. A pod that
+    Kubernetes itself recreates meanwhile (an eviction, a drain) comes back at the new
+    revision, as the StatefulSet has it."""
 
 
 class Metrics(Model):

@@ -71,6 +71,7 @@ CONFIG_DIR = "/etc/gregor"
 FIELD_MANAGER = "gregor-operator"
 CONFIG_HASH = "gregor.dev/config-hash"
 EXTERNAL_LABEL = "gregor.dev/listener"
+"""On the Services of an external listener: the listener's name."""
 RACK_ANNOTATION = "gregor.dev/rack"
 """On a broker's pod, with `spec.rack`: its node's label, which the operator copies there and
 the pod reads (through the downward API) as its `broker.rack` when it starts. The pod needs
@@ -79,7 +80,6 @@ POD_INFO_DIR = "/etc/gregor/pod"
 RESTART_ANNOTATION = "gregor.dev/restart"
 """On a pod (any value): restart it, in its turn and under the roll's rules (Strimzi's
 manual rolling update). The pod that replaces it does not carry it, so it restarts once."""
-"""On the Services of an external listener: the listener's name."""
 SERVICE_TYPES = {"nodeport": "NodePort", "loadbalancer": "LoadBalancer"}
 DEFAULT_IMAGE = "gregor-broker:dev"
 
@@ -659,7 +659,13 @@ def statefulset(
     or a storage change it refuses keeps the current ones)."""
     template = spec.template
     labels = pool_labels(target, pool) | dict((template.labels if template else None) or {})
-    annotations = dict((template.annotations if template else None) or {})
+    # The operator's own pod annotations are its to set: one in the template would ask every
+    # pod to restart for ever, or give every broker the same rack.
+    annotations = {
+        key: value
+        for key, value in ((template.annotations if template else None) or {}).items()
+        if key not in (RACK_ANNOTATION, RESTART_ANNOTATION)
+    }
     annotations[CONFIG_HASH] = config_hash(target, spec, pool, ephemeral=claims is None)
     if spec.metrics.enabled:
         annotations |= {"prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT)}

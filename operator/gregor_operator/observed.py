@@ -94,7 +94,9 @@ class Observed:
     """The cluster's Services, by name."""
     node_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     """The labels of the Kubernetes nodes the cluster's pods were scheduled to, by name
-    (empty where the operator may not read nodes)."""
+    (read only with spec.rack)."""
+    nodes_refused: str | None = None
+    """What the API server said when it would not show the operator a node."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -181,13 +181,14 @@ def plan(
         return _invalid(too_long, reason="NameTooLong")
     started, moved = started_with(resource, cluster, observed, external)
     every_pool = pools(cluster.spec)
+    expected = [
+        pod_name(target, pool, ordinal)
+        for pool in every_pool
+        for ordinal in range(replicas.get(pool.role, pool.spec.replicas))
+    ]
     step = next_step(
         every_pool,
-        [
-            pod_name(target, pool, ordinal)
-            for pool in every_pool
-            for ordinal in range(replicas.get(pool.role, pool.spec.replicas))
-        ],
+        expected,
         observed,
         facts,
         dns_ttl_s=dns_ttl_s,
@@ -202,7 +203,7 @@ def plan(
             for ask in verdicts_wanted(every_pool, observed, moved, facts)
             if ask.nodes not in facts.verdicts
         ]
-        if facts is not None and restart is None
+        if facts is not None and restart is None and not cluster.spec.rollout.paused
         else []
     )
     conditions, requeue = _conditions(
@@ -239,6 +240,15 @@ def plan(
     racks, unlabelled = _racks(cluster, observed)
     if racks:
         requeue = min(requeue or WAIT_S, PENDING_WAIT_S)  # the pods wait for it to start
+    if cluster.spec.rack is not None and observed.nodes_refused is not None:
+        events.append(
+            (
+                "Warning",
+                "NodesUnreadable",
+                "spec.rack needs the operator to read the nodes' labels (the chart's "
+                f"ClusterRole gives it `get nodes`): {observed.nodes_refused}",
+            )
+        )
     if unlabelled:
         key = cluster.spec.rack.topology_key if cluster.spec.rack else ""
         events.append(
@@ -267,6 +277,7 @@ def plan(
                 step,
                 paused=cluster.spec.rollout.paused,
                 recorded=(resource.get("status") or {}).get("rollout"),
+                expected=expected,
             )
         },
         events=events,
@@ -286,7 +297,8 @@ def plan(
 
 def _racks(cluster: KafkaCluster, observed: Observed) -> tuple[dict[str, str], list[str]]:
     """With `spec.rack`: the rack to tell each broker pod that was scheduled and does not
-    have it yet (its node's label), and the pods whose node has no such label."""
+    have it yet (its node's label), and the pods whose node has no such label (or an empty
+    one). A pod is told once: its broker runs with what it was told until it restarts."""
     rack = cluster.spec.rack
     if rack is None:
         return {}, []
@@ -299,10 +311,10 @@ def _racks(cluster: KafkaCluster, observed: Observed) -> tuple[dict[str, str], l
         if labels is None:
             continue  # the node could not be read: nothing to say yet
         value = labels.get(rack.topology_key)
-        if value is None:
+        if not value:
             unlabelled.append(f"{pod.name} (on {pod.node})")
-        elif pod.rack != value:
-            told[pod.name] = value
+        elif pod.rack is None:
+            told[pod.name] = value  # once: the broker started with it
     return told, unlabelled
 
 

@@ -18,8 +18,8 @@ A rolling restart follows these rules, one decision per reconciliation:
 3. Every pod the cluster should have must exist: a pod the StatefulSet has not (re)created
    yet, a restarted one among them, holds every restart. Counting only the pods that exist
    once let a roll restart a second controller while the first was still gone.
-4. An outdated pod that is stuck (crash-looping, unable to pull its image or to be
-   scheduled) is restarted first: it is not serving, and its new revision may fix it.
+4. A due pod that is stuck (crash-looping, unable to pull its image or to be scheduled) is
+   restarted first: it is not serving, and its new revision may fix it.
 5. Otherwise every pod must be ready before the next restart, so each restart waits until
    the previous pod is back, and a node still recovering its logs is never restarted.
 6. Controllers go first, then combined nodes, then brokers; within a pool, by ordinal, with
@@ -251,14 +251,19 @@ def rollout_status(
     *,
     paused: bool,
     recorded: Mapping[str, Any] | None,
+    expected: Collection[str],
 ) -> dict[str, Any] | None:
     """`status.rollout`: the pods the roll restarts, in its order, the one it is restarting
     (kept `Restarting` from the record until it is back and ready, so an operator that
-    restarts meanwhile still says so), and what holds the next. None when no roll is due."""
+    restarts meanwhile still says so), and what holds the next. None when no roll is due.
+    `expected`: the pods the cluster should have (a record of any other is dropped)."""
     present = {pod.name: pod for pod in observed.pods}
+    now = None if step.restart is None else step.restart.pod
     pods: list[dict[str, str]] = []
     for entry in (recorded or {}).get("pods") or []:
-        if entry.get("state") != "Restarting" or "pod" not in entry:
+        if entry.get("state") != "Restarting" or entry.get("pod") not in expected:
+            continue
+        if entry["pod"] == now or any(e["pod"] == entry["pod"] for e in pods):
             continue
         pod = present.get(entry["pod"])
         if pod is None or pod.deleting or not pod.ready:

@@ -3,7 +3,8 @@ and each node's `broker.rack`, a consumer that names its rack (`client.rack`) is
 the leader at the replica in its rack and fetches from it, reading every record exactly once;
 a consumer of another rack, or of none, stays on the leader. Run against Gregor and Apache
 Kafka alike; where the consumer fetches from is what librdkafka's own statistics say (each
-partition's `broker`, beside its `leader`)."""
+partition's `broker`, beside its `leader`). Kafka's Java consumer, which keeps a fetch session,
+reads the whole topic from the follower's rack too."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from confluent_kafka.cimpl import NewTopic
 from broker.config import RACK_AWARE_SELECTOR
 from tests.integration.clients import QUIET
 from tests.support.clusters import KINDS, three_nodes
+from tests.support.kafka_dist import KafkaTools
 
 RACKS = {1: "zone-a", 2: "zone-b", 3: "zone-c"}
 TOPIC = "near"
@@ -109,3 +111,11 @@ def test_a_consumer_fetches_from_the_replica_in_its_own_rack(kind: str, tmp_path
         elsewhere, from_leader = _read_watching(cluster.bootstrap, None, RECORDS)
         assert elsewhere == list(range(RECORDS))
         assert from_leader == {leader}
+
+        # Kafka's Java consumer (fetch sessions, unlike librdkafka) in the follower's rack,
+        # on a topic that is no longer written to: every record, at once.
+        read = KafkaTools(cluster.bootstrap).console_consumer(
+            "--topic", TOPIC, "--from-beginning", "--max-messages", str(RECORDS),
+            "--timeout-ms", "20000", "--command-property", f"client.rack={RACKS[follower]}",
+        )  # fmt: skip
+        assert [int(v) for v in read.stdout.split()] == list(range(RECORDS)), read.describe()

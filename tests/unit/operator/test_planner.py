@@ -1157,3 +1157,31 @@ def test_status_rollout_names_the_restarting_pod_until_it_is_back_and_ready() ->
     )
     back = planned(resource, running(ROLLED), HEALTHY)
     assert back.status["rollout"] is None  # nothing due: the roll is over
+
+
+def test_rack_awareness_says_why_a_broker_waits_and_never_changes_a_running_brokers_rack() -> None:
+    pods = [dataclasses.replace(pod, node="worker-0") for pod in running(CURRENT).pods]
+    pods[3] = dataclasses.replace(pods[3], rack="zone-old")  # told before its node moved zone
+    empty = Observed(running(CURRENT).statefulsets, pods, node_labels={"worker-0": {ZONE: ""}})
+    found = planned(with_rack(), empty, HEALTHY)
+    assert found.pod_annotations == {}
+    assert ("Warning", "RackLabelMissing") in [event[:2] for event in found.events]
+    moved = Observed(empty.statefulsets, pods, node_labels={"worker-0": {ZONE: "zone-new"}})
+    told = planned(with_rack(), moved, HEALTHY).pod_annotations
+    assert "gregor-broker-0" not in told  # it runs with the rack it was told
+    assert told["gregor-broker-1"] == {"gregor.dev/rack": "zone-new"}
+    refused = Observed(empty.statefulsets, pods, nodes_refused="403 Forbidden: cannot get node")
+    unread = planned(with_rack(), refused, HEALTHY)
+    assert ("Warning", "NodesUnreadable") in [event[:2] for event in unread.events]
+
+
+def test_the_operators_own_pod_annotations_cannot_come_from_the_template() -> None:
+    resource = example()
+    resource["spec"]["template"] = {
+        "annotations": {"gregor.dev/restart": "always", "gregor.dev/rack": "x", "team": "a"}
+    }
+    template = objects(planned(resource), "StatefulSet")["gregor-broker"]["spec"]["template"]
+    annotations = template["metadata"]["annotations"]
+    assert annotations["team"] == "a"
+    assert "gregor.dev/restart" not in annotations
+    assert "gregor.dev/rack" not in annotations

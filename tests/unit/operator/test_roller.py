@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,7 +24,14 @@ from gregor_operator.observed import (
     StatefulSetState,
     Verdict,
 )
-from gregor_operator.roller import Step, next_step, node_id, verdicts_wanted, whom_to_ask
+from gregor_operator.roller import (
+    Step,
+    next_step,
+    node_id,
+    rollout_status,
+    verdicts_wanted,
+    whom_to_ask,
+)
 
 STEP_S = 10.0
 """Simulated time between reconciliations."""
@@ -255,19 +263,19 @@ def test_a_roll_never_costs_availability_and_always_finishes(
     says what was under way), and no pod is ever restarted twice."""
     expected = [n.pod for n in world.nodes]
     crashes = 0
+    record: dict[str, Any] | None = None  # status.rollout, as the operator last wrote it
     for _ in range(MAX_STEPS):
         for node in world.nodes:  # a stuck pod is stuck until it is restarted
             if node.phase == "stuck" and node.revision == "new":
                 node.phase, node.since = "starting", world.step
-        observed = world.observed()
-        step = next_step(
-            world.pools,
-            expected,
-            observed,
-            world.facts(),
-            dns_ttl_s=DNS_TTL_S,
-            moved={},
+        observed, facts = world.observed(), world.facts()
+        step = next_step(world.pools, expected, observed, facts, dns_ttl_s=DNS_TTL_S, moved={})
+        record = rollout_status(
+            observed, {}, facts, step, paused=False, recorded=record, expected=expected
         )
+        if record is not None:
+            listed = [entry["pod"] for entry in record["pods"]]
+            assert len(listed) == len(set(listed)), record
         if step.restart is not None and crashes < MAX_CRASHES and chance.random() < 0.2:
             crashes += 1
             step = Step()  # the operator died after recording the step, before the deletion
@@ -283,6 +291,10 @@ def test_a_roll_never_costs_availability_and_always_finishes(
         world.advance()
     else:
         raise AssertionError(f"the roll did not finish in {MAX_STEPS} steps: {world.nodes}")
+    finished = rollout_status(
+        world.observed(), {}, None, Step(), paused=False, recorded=record, expected=expected
+    )
+    assert finished is None, finished  # nothing left Restarting once every pod is back
     assert len(world.restarts) == len(set(world.restarts)), world.restarts
     restarted: set[Role] = {world.node(pod).pool.role for pod in world.restarts}
     assert restarted <= {pool.role for pool in world.pools}
