@@ -101,22 +101,29 @@ bench-audit: kafka-dist spark-connector
 crds: install
 	$(BIN)/python -m gregor_operator.crds
 
+# KIND=1 makes (or deletes) the multi-node kind cluster on our own node image instead: a control
+# plane and NODES workers in zones zone-a, zone-b, zone-c in turn (default 3; NODES=1: the
+# control plane alone, running workloads too). docs/adr/0027-kind-nodes.md. LOCALKUBE_MODE=kind
+# does the same.
+KIND_FLAGS = $(if $(KIND),--kind) $(if $(NODES),--nodes $(NODES))
+
 cluster: install
-	$(BIN)/python -m localkube up
+	$(BIN)/python -m localkube up $(KIND_FLAGS)
 
 cluster-down: install
-	$(BIN)/python -m localkube down
+	$(BIN)/python -m localkube down $(KIND_FLAGS)
 
 cluster-env: install
-	@$(BIN)/python -m localkube env
+	@$(BIN)/python -m localkube env $(KIND_FLAGS)
 
 # Only the slow, cacheable part of `make cluster`: compile the binaries (CI's warm-up step).
-cluster-build: install
+cluster-build: install host-packages
 	$(BIN)/python -m localkube.build
 
-# gregor-broker, gregor-operator and gregor-spark (:dev), loaded into the cluster if one runs.
+# gregor-broker, gregor-operator and gregor-spark (:dev), loaded into the cluster if one runs
+# (KIND=1: into every node of the kind cluster).
 images: install
-	$(BIN)/python -m localkube images
+	$(BIN)/python -m localkube images $(if $(KIND),--kind)
 
 test-e2e: cluster images
 	$(BIN)/pytest e2e $(PYTEST_ARGS)

@@ -61,6 +61,21 @@ class Binaries:
     local_path_provisioner: Path
     pause: Path
     helm: Path
+    kubeadm: Path
+
+
+@dataclass(frozen=True)
+class KindBinaries:
+    """What a kind node runs besides Kubernetes' own binaries (ADR 0027), and the kind CLI."""
+
+    kind: Path
+    containerd: Path
+    ctr: Path
+    containerd_shim_runc_v2: Path
+    runc: Path
+    crictl: Path
+    cni_plugins: tuple[Path, ...]
+    """bridge, host-local, loopback, portmap, ptp: the node's /opt/cni/bin."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +105,15 @@ class GoComponent:
     """Symbols stamped with the build's UTC time (kept out of the stamp: it changes every build)."""
     go_sum: tuple[str, ...] = ()
     """go.sum lines to trust without the checksum database (see versions.py for why)."""
+    cgo: bool = False
+    """Link with the C toolchain (runc: its namespace setup is C, its seccomp is libseccomp)."""
+    tags: tuple[str, ...] = ()
+    """Go build tags (`-tags`)."""
+
+
+_OPTIONAL_RECIPE_FIELDS = {"cgo": False, "tags": ()}
+"""GoComponent fields left out of a fingerprint while at their default, so that adding them
+did not make every component built before them stale."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +148,7 @@ def _kubernetes() -> GoComponent:
         ("kubelet", ("--version",)),
         ("kube-proxy", ("--version",)),
         ("kubectl", ("version", "--client")),
+        ("kubeadm", ("version", "-o", "short")),
     )
     return GoComponent(
         name="kubernetes",
@@ -224,6 +249,85 @@ def extras() -> tuple[Component, ...]:
     )
 
 
+_CONTAINERD_MODULE = "github.com/containerd/containerd/v2"
+
+
+def kind_components() -> tuple[Component, ...]:
+    """What a kind node needs that the host-process cluster does not, smallest first: the kind
+    CLI, crictl, the CNI plugins, runc and containerd 2 (ADR 0027). `make cluster-build` builds
+    them; `python -m localkube up --kind` too, when missing."""
+    containerd = versions.CONTAINERD_VERSION
+    cni = versions.CNI_PLUGINS_VERSION
+    cni_plugins = (
+        ("bridge", "main"),
+        ("host-local", "ipam"),
+        ("loopback", "main"),
+        ("portmap", "meta"),
+        ("ptp", "main"),
+    )
+    return (
+        GoComponent(
+            name="kind",
+            version=versions.KIND_VERSION,
+            module="sigs.k8s.io/kind",
+            sibling_version=versions.KIND_VERSION,
+            binaries=(Binary("kind", "sigs.k8s.io/kind", ("version",)),),
+        ),
+        GoComponent(
+            name="cri-tools",
+            version=versions.CRI_TOOLS_VERSION,
+            module="sigs.k8s.io/cri-tools",
+            sibling_version=versions.CRI_TOOLS_VERSION,
+            binaries=(Binary("crictl", "sigs.k8s.io/cri-tools/cmd/crictl"),),
+            ldflags_x=(("sigs.k8s.io/cri-tools/pkg/version.Version", versions.CRI_TOOLS_VERSION),),
+        ),
+        GoComponent(
+            name="cni-plugins",
+            version=cni,
+            module="github.com/containernetworking/plugins",
+            sibling_version=cni,
+            binaries=tuple(
+                Binary(name, f"github.com/containernetworking/plugins/plugins/{group}/{name}", ())
+                for name, group in cni_plugins
+            ),
+            ldflags_x=(
+                ("github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion", cni),
+            ),
+        ),
+        GoComponent(
+            name="runc",
+            version=versions.RUNC_VERSION,
+            module="github.com/opencontainers/runc",
+            sibling_version=versions.RUNC_VERSION,
+            binaries=(Binary("runc", "github.com/opencontainers/runc"),),
+            ldflags_x=(("main.version", versions.RUNC_VERSION.removeprefix("v")),),
+            cgo=True,
+            tags=("seccomp", "urfave_cli_no_docs"),
+        ),
+        GoComponent(
+            name="containerd",
+            version=containerd,
+            module="github.com/containerd/containerd/v2",
+            sibling_version=containerd,
+            binaries=(
+                Binary("containerd", "github.com/containerd/containerd/v2/cmd/containerd"),
+                Binary("ctr", "github.com/containerd/containerd/v2/cmd/ctr"),
+                Binary(
+                    "containerd-shim-runc-v2",
+                    "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2",
+                    ("-v",),
+                ),
+            ),
+            ldflags_x=(
+                ("github.com/containerd/containerd/v2/version.Version", containerd),
+                ("github.com/containerd/containerd/v2/version.Package", _CONTAINERD_MODULE),
+            ),
+            # kind's base builds it with these: none of those snapshotters is used in a node.
+            tags=("no_aufs", "no_zfs", "no_btrfs", "no_devmapper"),
+        ),
+    )
+
+
 def component_home(root: Path, component: Component) -> Path:
     return root / f"{component.name}-{component.version}"
 
@@ -231,6 +335,9 @@ def component_home(root: Path, component: Component) -> Path:
 def fingerprint(component: Component) -> str:
     """What a build depends on: the recipe, and for C the source text. Written as the stamp."""
     recipe: dict[str, object] = dataclasses.asdict(component)
+    for field, default in _OPTIONAL_RECIPE_FIELDS.items():
+        if field in recipe and recipe[field] == default:
+            del recipe[field]
     recipe["kind"] = type(component).__name__
     recipe["revision"] = BUILD_REVISION
     if isinstance(component, CComponent):
@@ -259,7 +366,7 @@ def ensure_binaries(
     failed.
     """
     root = (cache if cache is not None else cache_dir()) / "localkube"
-    every = (*components(), *extras())
+    every = (*components(), *extras(), *kind_components())
     wanted = [c for c in every if c.name in only] if only is not None else list(components())
     missing = [c for c in wanted if not is_built(root, c)]
     if missing:
@@ -279,6 +386,29 @@ def built_binaries(cache: Path | None = None) -> Binaries | None:
     if not all(is_built(root, c) for c in components()):
         return None
     return _binaries(root)
+
+
+def ensure_kind_binaries(
+    cache: Path | None = None, log: Callable[[str], None] = print
+) -> KindBinaries:
+    """Build what a kind node needs that is missing (`kind_components`) and say where it is."""
+    ensure_binaries(cache, log, only=[c.name for c in kind_components()])
+    root = (cache if cache is not None else cache_dir()) / "localkube"
+    paths = {
+        b.name: component_home(root, c) / "bin" / b.name
+        for c in kind_components()
+        for b in c.binaries
+    }
+    cni = next(c for c in kind_components() if c.name == "cni-plugins")
+    return KindBinaries(
+        kind=paths["kind"],
+        containerd=paths["containerd"],
+        ctr=paths["ctr"],
+        containerd_shim_runc_v2=paths["containerd-shim-runc-v2"],
+        runc=paths["runc"],
+        crictl=paths["crictl"],
+        cni_plugins=tuple(paths[b.name] for b in cni.binaries),
+    )
 
 
 def spark_operator_binary(cache: Path | None = None, log: Callable[[str], None] = print) -> Path:
@@ -335,17 +465,18 @@ def _binaries(root: Path) -> Binaries:
         local_path_provisioner=paths["local-path-provisioner"],
         pause=paths["pause"],
         helm=paths["helm"],
+        kubeadm=paths["kubeadm"],
     )
 
 
-def _go_env(root: Path) -> dict[str, str]:
+def _go_env(root: Path, *, cgo: bool = False) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
         GOPATH=str(root / "go"),
         GOMODCACHE=str(root / "go" / "pkg" / "mod"),
         GOCACHE=str(root / "go-build"),
         GOFLAGS="-mod=mod",
-        CGO_ENABLED="0",
+        CGO_ENABLED="1" if cgo else "0",
         GOTOOLCHAIN="local",  # never download a toolchain: the installed Go builds all of it
         GOWORK="off",
     )
@@ -358,7 +489,7 @@ def _build_go(root: Path, component: GoComponent, log: Callable[[str], None]) ->
     src.mkdir(parents=True, exist_ok=True)
     bin_dir.mkdir(parents=True, exist_ok=True)
     log_path.write_text("")
-    env = _go_env(root)
+    env = _go_env(root, cgo=component.cgo)
     wrapper = f"{WRAPPER_MODULE_PREFIX}/{component.name}"
     # A bare module first, so fetching the upstream go.mod is checked against the pinned sums.
     (src / "go.mod").write_text(f"module {wrapper}\n\ngo 1.21\n")
@@ -398,6 +529,8 @@ def _build_go(root: Path, component: GoComponent, log: Callable[[str], None]) ->
     for binary in component.binaries:
         log(f"localkube:   go build {binary.package}")
         command = ["go", "build", "-trimpath", "-ldflags", ldflags]
+        if component.tags:
+            command += ["-tags", ",".join(component.tags)]
         _run(
             component,
             [*command, "-o", str(bin_dir / binary.name), binary.package],
@@ -480,7 +613,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """`python -m localkube.build [COMPONENT ...]`: build every component, or those named
     (`make install` builds `helm` alone), and print where each binary is."""
     names = list(sys.argv[1:] if argv is None else argv)
-    known = {c.name: c for c in (*components(), *extras())}
+    known = {c.name: c for c in (*components(), *extras(), *kind_components())}
     unknown = [name for name in names if name not in known]
     if unknown:
         print(f"unknown component {', '.join(unknown)}: one of {', '.join(known)}", file=sys.stderr)
@@ -490,10 +623,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         binaries = ensure_binaries(
             log=lambda line: print(line, file=sys.stderr, flush=True), only=names or None
         )
-        if not names:  # everything: the cluster's and the extras (CI's warm-up)
+        if not names:  # everything: the cluster's, kind's and the extras (CI's warm-up)
             ensure_binaries(
                 log=lambda line: print(line, file=sys.stderr, flush=True),
-                only=[c.name for c in extras()],
+                only=[c.name for c in (*kind_components(), *extras())],
             )
     except BuildError as exc:
         print(exc, file=sys.stderr)

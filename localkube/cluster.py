@@ -1,6 +1,8 @@
 """`make cluster`: a real single-node Kubernetes on this machine, and `make cluster-down`.
 
-`up` uses kind when kind and Docker work and kind can create its cluster; otherwise it starts
+`up --kind` (or LOCALKUBE_MODE=kind) makes a multi-node kind cluster on our own node image
+instead (`kind_cluster`, ADR 0027). Otherwise `up` uses a kind on PATH when it and Docker work
+and it can create its cluster; failing that it starts
 the control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler), containerd
 (Debian's), the kubelet and kube-proxy as host processes built from the pinned Kubernetes
 release (`localkube.build`), with a bridge pod network, CoreDNS and a default StorageClass.
@@ -24,14 +26,14 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from . import addons, components, host, processes
+from . import addons, components, host, kind_cluster, processes
 from .build import Binaries, built_binaries, ensure_binaries
 from .config import API_SERVICE_IP, ClusterLayout, default_layout
 from .docker import ensure_docker, load_into_containerd, load_into_kind
 from .images import LOCAL_PATH_HELPER, build_cluster_images
 from .pki import Pki, ensure_pki
 
-__all__ = ["KIND_KUBECONFIG", "PROCESSES", "down", "load_images", "status", "up"]
+__all__ = ["KIND_KUBECONFIG", "MODES", "PROCESSES", "down", "load_images", "mode", "status", "up"]
 
 Log = Callable[[str], None]
 
@@ -52,11 +54,28 @@ class ClusterError(RuntimeError):
 
 
 KIND_CLUSTER = "gregor"
-KIND_KUBECONFIG = Path.home() / ".kube" / "gregor-kind"
+KIND_KUBECONFIG = kind_cluster.KUBECONFIG
+MODES = ("host", "kind")
+"""`host`: the single-node cluster of host processes (the default, for now); `kind`: the
+multi-node kind cluster on our own node image (ADR 0027)."""
 
 
-def up(log: Log = print) -> Path:
-    """Start the cluster (or find it running); return the kubeconfig's path."""
+def mode(requested: str | None = None) -> str:
+    """The cluster `up` and `down` act on: `requested`, else $LOCALKUBE_MODE, else host."""
+    chosen = requested or os.environ.get("LOCALKUBE_MODE") or "host"
+    if chosen not in MODES:
+        raise ClusterError(f"LOCALKUBE_MODE={chosen!r}: one of {', '.join(MODES)}")
+    return chosen
+
+
+def up(log: Log = print, *, kind: bool | None = None, nodes: int | None = None) -> Path:
+    """Start the cluster (or find it running); return the kubeconfig's path. `kind` (default:
+    LOCALKUBE_MODE=kind) makes the kind cluster instead: a control plane and `nodes` workers
+    (default $NODES, else 3; 1 means the control plane alone)."""
+    if mode("kind" if kind else None) == "kind":
+        if nodes is None and os.environ.get("NODES"):
+            nodes = int(os.environ["NODES"])
+        return kind_cluster.up(nodes, log)
     if _kind_works():
         kubeconfig = _kind_up(log)
         if kubeconfig is not None:
@@ -94,8 +113,12 @@ def up(log: Log = print) -> Path:
     return layout.kubeconfig
 
 
-def down(log: Log = print) -> None:
-    """Stop everything `up` started and remove the cluster's state (the image store stays)."""
+def down(log: Log = print, *, kind: bool | None = None) -> None:
+    """Stop everything `up` started and remove the cluster's state (the image store stays);
+    with `kind` (default: LOCALKUBE_MODE=kind), delete the kind cluster instead."""
+    if mode("kind" if kind else None) == "kind":
+        kind_cluster.delete(log)
+        return
     if shutil.which("kind") and KIND_CLUSTER in _kind_clusters():
         subprocess.run(["kind", "delete", "cluster", "--name", KIND_CLUSTER], check=True)
         return
@@ -368,18 +391,29 @@ def _kind_up(log: Log) -> Path | None:
     return kubeconfig
 
 
-def load_images(tags: Sequence[str], log: Log = print) -> str | None:
-    """Load locally built images into whichever cluster `up` made: `kind load`, or an import
-    into the local node's containerd. Returns where they went, None when no cluster runs."""
-    if shutil.which("kind") and KIND_CLUSTER in _kind_clusters():
+def load_images(tags: Sequence[str], log: Log = print, *, kind: bool | None = None) -> str | None:
+    """Load locally built images into the cluster `up` made: with `kind` (default:
+    LOCALKUBE_MODE=kind) into every node of our kind cluster (`kind load`, a `ctr import` in
+    each); otherwise into the local node's containerd, or, when that does not run, into a kind
+    cluster named gregor. Both clusters may run side by side; each gets only what is meant for
+    it. Returns where they went, None when no cluster runs."""
+    layout = default_layout()
+    if mode("kind" if kind else None) == "kind":
+        if not kind_cluster.exists():
+            return None
+        kind_cluster.load(list(tags))
+        where = f"kind cluster {KIND_CLUSTER}'s nodes"
+    elif processes.running("containerd", layout.pids) is not None:
+        load_into_containerd(list(tags), address=str(layout.containerd_socket))
+        where = f"the local node's containerd ({layout.containerd_socket})"
+    elif kind_cluster.exists():
+        kind_cluster.load(list(tags))
+        where = f"kind cluster {KIND_CLUSTER}'s nodes"
+    elif shutil.which("kind") and KIND_CLUSTER in _kind_clusters():
         load_into_kind(list(tags), KIND_CLUSTER)
         where = f"kind cluster {KIND_CLUSTER}"
     else:
-        layout = default_layout()
-        if processes.running("containerd", layout.pids) is None:
-            return None
-        load_into_containerd(list(tags), address=str(layout.containerd_socket))
-        where = f"the local node's containerd ({layout.containerd_socket})"
+        return None
     log(f"loaded {', '.join(tags)} into {where}")
     return where
 

@@ -35,6 +35,7 @@ __all__ = [
     "ensure_docker",
     "image_cache_dir",
     "image_exists",
+    "image_id",
     "image_size",
     "load_into_containerd",
     "load_into_kind",
@@ -315,6 +316,11 @@ def _containerd_config_digests(ctr: Sequence[str], references: Sequence[str]) ->
         except (ValueError, KeyError, TypeError):
             continue  # an index or a damaged record: import again
     return digests
+
+
+def image_id(tag: str) -> str | None:
+    """Docker's id of the image `tag` names (its config digest), None if there is none."""
+    return _image_id(tag)
 
 
 def _image_id(tag: str) -> str | None:

@@ -4,17 +4,21 @@
 Owns: the Debian packages the project uses (the node's, the image build's, the test clients'),
 the sysctls and FORWARD rules that let pod traffic through, the bridge and the iptables chains
 the kubelet and the CNI bridge plugin leave behind, mounts under a directory about to be
-deleted, and whether root may lower oom scores here.
+deleted, whether root may lower oom scores here, and the runtime Docker needs to start
+privileged containers (kind's nodes) where root's bounding set is incomplete.
 Never starts a cluster process or writes a config file: that is `cluster` and `components`.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +27,7 @@ from .config import BRIDGE
 __all__ = [
     "drop_chains",
     "ensure_packages",
+    "ensure_privileged_containers",
     "may_lower_oom_scores",
     "missing_packages",
     "mounts_under",
@@ -39,6 +44,9 @@ DEBIAN_PACKAGES = {
     "iptables": "iptables",
     "conntrack": "conntrack",
     "ebtables": "ebtables",
+    # A kind node's runc is built here with cgo and libseccomp (localkube.build, ADR 0027).
+    "/usr/include/seccomp.h": "libseccomp-dev",
+    "pkg-config": "pkg-config",
     # The images: a Debian base made with debootstrap, built by a Docker daemon.
     "debootstrap": "debootstrap",
     "dockerd": "docker.io",
@@ -181,3 +189,77 @@ def unmount_under(root: Path) -> None:
     mount (a pod's volume, a chroot's /proc) into what it shows."""
     for mount in mounts_under(root):
         subprocess.run(["umount", "--lazy", mount], capture_output=True, check=False)
+
+
+# -- privileged containers ------------------------------------------------------------------------
+
+BOUNDED_RUNTIME = "gregor-runc-within-bounds"
+BOUNDED_RUNTIME_PATH = Path("/usr/local/lib/gregor-localkube/runc-within-bounds")
+DOCKER_DAEMON_CONFIG = Path("/etc/docker/daemon.json")
+
+
+def missing_bounding_capabilities(
+    status: Path = Path("/proc/self/status"), last: Path = Path("/proc/sys/kernel/cap_last_cap")
+) -> list[int]:
+    """The capabilities this kernel has that are missing from this process's bounding set."""
+    highest = int(last.read_text())
+    for line in status.read_text().splitlines():
+        if line.startswith("CapBnd:"):
+            bounding = int(line.split()[1], 16)
+            return [bit for bit in range(highest + 1) if not bounding >> bit & 1]
+    return []
+
+
+def bounded_runtime_config(current: dict[str, object]) -> dict[str, object]:
+    """Docker's daemon.json with our runc wrapper registered and made the default runtime,
+    every other setting kept."""
+    runtimes = dict(current.get("runtimes") or {})  # type: ignore[call-overload]
+    runtimes[BOUNDED_RUNTIME] = {"path": str(BOUNDED_RUNTIME_PATH)}
+    return {**current, "runtimes": runtimes, "default-runtime": BOUNDED_RUNTIME}
+
+
+def ensure_privileged_containers(log: Callable[[str], None]) -> None:
+    """Make `docker run --privileged` work on a host whose root lacks part of the bounding set
+    (this VM: CAP_SYS_RESOURCE). Docker 20.10 grants a privileged container every capability it
+    knows, and runc then fails it ("unable to apply caps"). kind runs every node privileged, so
+    the daemon's default runtime becomes `localkube/runc_within_bounds.py`, which drops the
+    capabilities nobody here can hold and runs runc. The daemon reloads its runtimes on SIGHUP:
+    running containers are not touched. Nothing changes on a host with a full bounding set."""
+    if not missing_bounding_capabilities():
+        return
+    source = Path(__file__).with_name("runc_within_bounds.py")
+    BOUNDED_RUNTIME_PATH.parent.mkdir(parents=True, exist_ok=True)
+    if not BOUNDED_RUNTIME_PATH.exists() or (
+        BOUNDED_RUNTIME_PATH.read_bytes() != source.read_bytes()
+    ):
+        shutil.copyfile(source, BOUNDED_RUNTIME_PATH)
+        BOUNDED_RUNTIME_PATH.chmod(0o755)
+    current = json.loads(DOCKER_DAEMON_CONFIG.read_text()) if DOCKER_DAEMON_CONFIG.exists() else {}
+    wanted = bounded_runtime_config(current)
+    if wanted == current and _docker_default_runtime() == BOUNDED_RUNTIME:
+        return
+    log(
+        f"root lacks capabilities {missing_bounding_capabilities()} here: Docker's default "
+        f"runtime becomes {BOUNDED_RUNTIME_PATH}, so privileged containers (kind's nodes) start"
+    )
+    DOCKER_DAEMON_CONFIG.parent.mkdir(parents=True, exist_ok=True)
+    DOCKER_DAEMON_CONFIG.write_text(json.dumps(wanted, indent=2) + "\n")
+    pid = subprocess.run(["pidof", "dockerd"], capture_output=True, text=True, check=False)
+    for process in pid.stdout.split():
+        os.kill(int(process), signal.SIGHUP)
+    deadline = time.monotonic() + 30
+    while _docker_default_runtime() != BOUNDED_RUNTIME:
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"dockerd did not take {DOCKER_DAEMON_CONFIG}'s default-runtime on SIGHUP; "
+                "restart it"
+            )
+        time.sleep(0.5)
+
+
+def _docker_default_runtime() -> str:
+    done = subprocess.run(
+        ["docker", "info", "--format", "{{.DefaultRuntime}}"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    return done.stdout.strip()

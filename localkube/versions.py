@@ -60,3 +60,26 @@ image is built on `gregor-spark`, whose spark-submit it runs."""
 
 PAUSE_VERSION = "1.0.0"
 """Our own pause program (localkube/pause.c); bump it when the program's behaviour changes."""
+
+# What a kind node needs that the host-process cluster does not (ADR 0027) -------------------
+
+KIND_VERSION = "v0.30.0"
+"""The last kind release that runs on cgroup v1 hosts: v0.31 dropped cgroup v1 support
+(kubernetes-sigs/kind#4077), and this VM's Docker uses cgroup v1. Only its CLI is built: its
+node image comes from `localkube.kind_node`, since no registry is reachable."""
+
+CONTAINERD_VERSION = "v2.1.4"
+"""The containerd kind v0.30's base image ships (images/base/Dockerfile), so the node behaves as
+kind's own does; 2.x, unlike Debian's 1.6, has the CRI RuntimeConfig call the kubelet asks for."""
+
+RUNC_VERSION = "v1.3.0"
+"""The runc kind v0.30's base image ships; built with cgo and libseccomp (Debian's
+libseccomp-dev) so that pods asking for the RuntimeDefault seccomp profile run."""
+
+CRI_TOOLS_VERSION = "v1.34.0"
+"""crictl of the Kubernetes minor we run (cri-tools versions follow Kubernetes'): kubeadm checks
+for it and it is how one inspects a node's containers."""
+
+CNI_PLUGINS_VERSION = "v1.7.1"
+"""The CNI plugins kind v0.30's base image ships; we add `bridge`, which our own CNI uses instead
+of kindnetd (not on the module proxy)."""
