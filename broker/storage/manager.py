@@ -275,8 +275,7 @@ class LogManager:
         self.lock()
         online = [d for d in self.log_dirs if d not in self.offline_dirs]
         self.loading = LoadProgress(
-            total=sum(_partition_dirs(d, self.reserved_topics) for d in online),
-            recovering=tuple(str(d) for d in online if not (d / CLEAN_SHUTDOWN_FILE).exists()),
+            total=sum(_partition_dirs(d, self.reserved_topics) for d in online)
         )
         for log_dir in online:
             try:

@@ -260,6 +260,9 @@ def test_acks_all_writes_are_on_every_replica_and_read_back_once(
 def test_a_follower_refuses_produce_and_consumer_fetches_and_names_the_leader(
     cluster: list[RunningNode],
 ) -> None:
+    """Produce goes to the leader only. A consumer's fetch without client metadata (before
+    v11) too; from v11 a follower serves it up to its high watermark, as Kafka's followers do
+    (KIP-392: tests/integration/test_follower_fetching.py)."""
     _create(cluster, "led", 1, {})
     leader = _leaders(cluster, "led")[0]
     follower = next(node for i, node in enumerate(cluster, 1) if i != leader)
@@ -271,26 +274,27 @@ def test_a_follower_refuses_produce_and_consumer_fetches_and_names_the_leader(
     assert partition.error_code == ErrorCode.not_leader_or_follower
     assert partition.current_leader.leader_id == leader
 
-    fetch = fill(
-        request_type(ApiKey.FETCH, 12),
-        {
-            "replica_id": -1,
-            "max_wait": timedelta(0),
-            "min_bytes": 0,
-            "max_bytes": 1 << 20,
-            "isolation_level": 0,
-            "topics": [
-                {
-                    "topic": "led",
-                    "partitions": [
-                        {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
-                    ],
-                }
-            ],
-        },
-    )
-    fetched = call(("localhost", follower.port), ApiKey.FETCH, 12, fetch)
-    assert fetched.responses[0].partitions[0].error_code == ErrorCode.not_leader_or_follower
+    for version, error in ((10, ErrorCode.not_leader_or_follower), (12, ErrorCode.none)):
+        fetch = fill(
+            request_type(ApiKey.FETCH, version),
+            {
+                "replica_id": -1,
+                "max_wait": timedelta(0),
+                "min_bytes": 0,
+                "max_bytes": 1 << 20,
+                "isolation_level": 0,
+                "topics": [
+                    {
+                        "topic": "led",
+                        "partitions": [
+                            {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+                        ],
+                    }
+                ],
+            },
+        )
+        fetched = call(("localhost", follower.port), ApiKey.FETCH, version, fetch)
+        assert fetched.responses[0].partitions[0].error_code == error, version
 
 
 def test_a_follower_killed_and_restarted_catches_up_with_its_leader(
