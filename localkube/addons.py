@@ -13,7 +13,7 @@ from typing import Any
 
 from .config import CLUSTER_DOMAIN, DNS_SERVICE_IP
 
-__all__ = ["coredns", "local_path_provisioner"]
+__all__ = ["coredns", "local_path_provisioner", "service_account"]
 
 Manifest = dict[str, Any]
 
@@ -45,7 +45,8 @@ def _deployment(
     }
 
 
-def _account(namespace: str, name: str, rules: list[Manifest]) -> list[Manifest]:
+def service_account(namespace: str, name: str, rules: list[Manifest]) -> list[Manifest]:
+    """A ServiceAccount with a ClusterRole of `rules` bound to it (`gregor-local:<name>`)."""
     return [
         {
             "apiVersion": "v1",
@@ -129,7 +130,7 @@ def coredns(image: str) -> list[Manifest]:
         },
     ]
     return [
-        *_account("kube-system", "coredns", rules),
+        *service_account("kube-system", "coredns", rules),
         {
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -213,7 +214,7 @@ def local_path_provisioner(image: str, helper_image: str, volumes: str) -> list[
     ]
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-        *_account(namespace, LOCAL_PATH_ACCOUNT, rules),
+        *service_account(namespace, LOCAL_PATH_ACCOUNT, rules),
         {
             "apiVersion": "v1",
             "kind": "ConfigMap",

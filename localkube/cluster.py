@@ -276,19 +276,9 @@ def kubectl(
     retry_until: float | None = None,
 ) -> str:
     """Run kubectl against the local cluster; raise with its output if it fails."""
-    while True:
-        result = subprocess.run(
-            [str(binaries.kubectl), f"--kubeconfig={layout.kubeconfig}", *args],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if result.returncode == 0:
-            return result.stdout
-        if retry_until is None or time.monotonic() > retry_until:
-            raise RuntimeError(f"kubectl {' '.join(args)} failed:\n{result.stdout}{result.stderr}")
-        time.sleep(1)
+    return processes.run_kubectl(
+        binaries.kubectl, layout.kubeconfig, args, stdin, retry_until=retry_until
+    )
 
 
 def _start(name: str, argv: Sequence[str | Path], layout: ClusterLayout) -> None:

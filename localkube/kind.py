@@ -180,29 +180,9 @@ def cni_manifests(image: str, pod_subnet: str = POD_SUBNET, period: int = 5) -> 
             },
         },
     }
+    nodes = [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}]
     return [
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {"name": CNI_NAME, "namespace": CNI_NAMESPACE},
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": CNI_NAME},
-            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": CNI_NAME},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": CNI_NAME,
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": CNI_NAME, "namespace": CNI_NAMESPACE}],
-        },
+        *addons.service_account(CNI_NAMESPACE, CNI_NAME, nodes),
         {
             "apiVersion": "v1",
             "kind": "ConfigMap",

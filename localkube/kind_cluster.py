@@ -10,13 +10,12 @@ node is Ready and CoreDNS and the provisioner run. It runs beside the host-proce
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from . import host, kind
+from . import host, kind, processes
 from .build import Binaries, ensure_binaries, ensure_kind_binaries, kind_components
 from .build import component_home as _component_home
 from .config import cache_dir
@@ -178,19 +177,11 @@ def kubectl(
 ) -> str:
     """kubectl against the kind cluster; retried for `retry_for` seconds, then raises with its
     output."""
-    deadline = time.monotonic() + retry_for
-    env = {**os.environ, "KUBECONFIG": str(KUBECONFIG)}
-    while True:
-        done = subprocess.run(
-            [str(binaries.kubectl), *args],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            check=False,
-            env=env,
-        )
-        if done.returncode == 0:
-            return done.stdout
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"kubectl {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
-        time.sleep(2)
+    return processes.run_kubectl(
+        binaries.kubectl,
+        KUBECONFIG,
+        args,
+        stdin,
+        retry_until=time.monotonic() + retry_for,
+        pause_s=2.0,
+    )

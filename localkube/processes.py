@@ -113,3 +113,29 @@ def log_tail(path: Path, lines: int = 25) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return f"(no log at {path})"
+
+
+def run_kubectl(
+    kubectl: Path,
+    kubeconfig: Path,
+    args: Sequence[str],
+    stdin: str | None = None,
+    *,
+    retry_until: float | None = None,
+    pause_s: float = 1.0,
+) -> str:
+    """Run kubectl with `kubeconfig`; until the monotonic time `retry_until`, a failure is
+    tried again every `pause_s`; after it (or without it) raise with kubectl's output."""
+    while True:
+        result = subprocess.run(
+            [str(kubectl), f"--kubeconfig={kubeconfig}", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode == 0:
+            return result.stdout
+        if retry_until is None or time.monotonic() > retry_until:
+            raise RuntimeError(f"kubectl {' '.join(args)} failed:\n{result.stdout}{result.stderr}")
+        time.sleep(pause_s)
