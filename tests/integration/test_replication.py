@@ -39,7 +39,6 @@ from tests.support.nodes import (
     Cluster,
     RunningNode,
     start_cluster,
-    wait_for_brokers,
     wait_listening,
 )
 from tests.support.requests import fill
@@ -69,15 +68,7 @@ def _start(
     """`brokers` brokers (ids 1..N) once all are registered: combined nodes, or broker-only
     nodes with three dedicated controllers."""
     controllers = 0 if topology == "combined" else 3
-    cluster = start_cluster(tmp, brokers, controllers, settings, each=each)
-    try:
-        ids = set(range(1, brokers + 1))
-        logs = {node.node_id: node.log for node in cluster.nodes}
-        wait_for_brokers({node.node_id: node.port for node in cluster.brokers}, ids, 30, logs)
-    except BaseException:
-        cluster.kill()
-        raise
-    return cluster
+    return start_cluster(tmp, brokers, controllers, settings, each=each)
 
 
 @pytest.fixture(params=TOPOLOGIES)

@@ -222,10 +222,6 @@ def test_a_full_disk_on_a_leader_moves_its_partitions_and_loses_nothing(
     bootstrap = ",".join(b.bootstrap for b in cluster.brokers)
     try:
         admin = admin_client(bootstrap)
-        deadline = time.monotonic() + 30
-        while len(admin.list_topics(timeout=10).brokers) < 3:
-            assert time.monotonic() < deadline, "the brokers did not all register"
-            time.sleep(0.2)
         created = admin.create_topics(
             [
                 NewTopic(

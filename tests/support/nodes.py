@@ -346,7 +346,7 @@ def start_cluster(
     observers of its log. `each` adds settings to one node, by node id."""
     if controllers == 0:
         nodes = start_quorum(tmp, brokers, extra, each=each)
-        return Cluster(nodes, nodes)
+        return _registered(Cluster(nodes, nodes))
     ids = range(brokers + 1, brokers + controllers + 1)
     controller_ports = {node_id: free_port() for node_id in ids}
     voters = ",".join(f"{i}@localhost:{port}" for i, port in controller_ports.items())
@@ -403,7 +403,25 @@ def start_cluster(
             if node.process.poll() is None:
                 node.kill()
         raise
-    return Cluster(started[controllers:], started[:controllers])
+    return _registered(Cluster(started[controllers:], started[:controllers]))
+
+
+def _registered(cluster: Cluster) -> Cluster:
+    """`cluster` once every broker lists every broker. A broker listens before its own
+    registration, and its peers' registrations, reach its metadata; a client told of a
+    cluster without a broker drops its connection to it, and what it sent there (a
+    CreateTopics naming that broker in its assignment then waits out the client's timeout)."""
+    try:
+        wait_for_brokers(
+            {node.node_id: node.port for node in cluster.brokers},
+            {node.node_id for node in cluster.brokers},
+            30,
+            {node.node_id: node.log for node in cluster.nodes},
+        )
+    except BaseException:
+        cluster.kill()
+        raise
+    return cluster
 
 
 QUORUM_CLUSTER_ID = "GregorQuorumTestsA1b2C3"
