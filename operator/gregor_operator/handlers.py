@@ -62,7 +62,7 @@ from .planner import (
     merge_conditions,
     plan,
 )
-from .roller import whom_to_ask
+from .roller import ASK_ROUNDS, whom_to_ask
 from .topics import TopicPlan, cluster_serves_topics, plan_topic, topic_name
 
 __all__ = ["Settings"]
@@ -319,7 +319,8 @@ def reconcile_cluster(body: kopf.Body) -> Plan | None:
 
 
 def _reconcile_once(body: kopf.Body) -> Plan:
-    """Observe, plan, apply, restart at most one pod, write the status."""
+    """Observe, plan, apply, write the status, then restart what the plan says (one pod, or
+    a batch of brokers)."""
     metadata = body["metadata"]
     name, namespace = metadata["name"], metadata["namespace"]
     adapter = kube()
@@ -341,8 +342,13 @@ def _reconcile_once(body: kopf.Body) -> Plan:
         dns_ttl_s=SETTINGS.dns_ttl_s,
     )
     found = planning(facts=facts)
-    if found.asks and facts is not None:
-        facts = dataclasses.replace(facts, verdicts=_verdicts(found.asks, observed, facts))
+    for _ in range(ASK_ROUNDS):
+        if not found.asks or facts is None:
+            break
+        answers = _verdicts(found.asks, observed, facts)
+        if not answers:
+            break  # nobody could say: the roll holds (or restarts the batch it has)
+        facts = dataclasses.replace(facts, verdicts={**facts.verdicts, **answers})
         found = planning(facts=facts)
     for document in found.objects:
         adapter.apply(document)
@@ -354,8 +360,8 @@ def _reconcile_once(body: kopf.Body) -> Plan:
     # The status (status.rollout names the pod) before the restart: an operator stopped in
     # between finds the roll where it was.
     _write_status(body, "kafkaclusters", found)
-    if found.restart is not None:
-        adapter.delete_pod(namespace, found.restart.pod)
+    for restart in found.restarts:
+        adapter.delete_pod(namespace, restart.pod)
     if found.annotations:
         adapter.patch_annotations("kafkaclusters", namespace, name, found.annotations)
     return found

@@ -302,6 +302,12 @@ class Rollout(Model):
     Kubernetes itself recreates meanwhile (an eviction, a drain) comes back at the new
     revision, as the StatefulSet has it."""
 
+    max_parallel: Annotated[int, Field(ge=1, le=100)] = 1
+    """How many brokers of one rack (of the whole cluster, without `spec.rack`) may restart
+    together, when their restart verdicts clear them as a set: with rack-aware placement, RF
+    3 and min ISR 2, a zone at a time. Controllers and combined nodes, the quorum's voters,
+    always restart one at a time."""
+
 
 class Metrics(Model):
     enabled: bool = True

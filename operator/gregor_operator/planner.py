@@ -120,7 +120,8 @@ class ConditionState:
 class Plan:
     objects: list[dict[str, Any]]
     """What to apply, in order (empty for an invalid spec: nothing is half-applied)."""
-    restart: Restart | None
+    restarts: tuple[Restart, ...]
+    """The pods to delete now: one, or a batch of brokers (`spec.rollout.maxParallel`)."""
     conditions: list[ConditionState]
     status: dict[str, Any]
     """Status fields besides the conditions and observedGeneration."""
@@ -137,6 +138,11 @@ class Plan:
     asks: list[Ask] = field(default_factory=list)
     """Restart verdicts the roll would weigh that `facts` lacks: the handler asks the nodes
     and plans again with their answers."""
+
+    @property
+    def restart(self) -> Restart | None:
+        """The first pod to delete now, if any."""
+        return self.restarts[0] if self.restarts else None
 
 
 # -- the plan ---------------------------------------------------------------------------------
@@ -195,6 +201,7 @@ def plan(
         moved=moved,
         to_format=disks.to_format,
         paused=cluster.spec.rollout.paused,
+        max_parallel=cluster.spec.rollout.max_parallel,
     )
     restart, settling = step.restart, step.settling
     asks = (
@@ -204,14 +211,14 @@ def plan(
             if ask.nodes not in facts.verdicts
         ]
         if facts is not None and restart is None and not cluster.spec.rollout.paused
-        else []
+        else list(step.asks)
     )
     conditions, requeue = _conditions(
         cluster,
         observed,
         facts,
         replicas,
-        restart,
+        step.restarts,
         target=target,
         settling=settling,
         held=step.held,
@@ -259,12 +266,14 @@ def plan(
                 + ", ".join(unlabelled),
             )
         )
-    if restart is not None:
-        events.append(("Normal", "RollingRestart", f"restarting {restart.pod}: {restart.reason}"))
+    events += [
+        ("Normal", "RollingRestart", f"restarting {each.pod}: {each.reason}")
+        for each in step.restarts
+    ]
     wanted = {o["metadata"]["name"] for o in objects if o["kind"] == "Service"}
     return Plan(
         objects=objects,
-        restart=restart,
+        restarts=step.restarts,
         conditions=conditions,
         status=_status(
             cluster, target, observed, facts, replicas, started=started, formatted=disks.formatted
@@ -321,7 +330,7 @@ def _racks(cluster: KafkaCluster, observed: Observed) -> tuple[dict[str, str], l
 def _invalid(message: str, *, reason: str = "InvalidSpec") -> Plan:
     return Plan(
         objects=[],
-        restart=None,
+        restarts=(),
         conditions=[
             ConditionState("Ready", "False", reason, message),
             ConditionState("Reconciling", "False", reason, "waiting for the spec to be fixed"),
@@ -472,7 +481,7 @@ def _conditions(
     observed: Observed,
     facts: BrokerFacts | None,
     replicas: Mapping[Role, int],
-    restart: Restart | None,
+    restarts: Sequence[Restart],
     *,
     target: Target,
     settling: tuple[float, str] | None = None,
@@ -547,14 +556,14 @@ def _conditions(
         "True" if busy else "False",
         (
             "RollingRestart"
-            if restart is not None or outdated
+            if restarts or outdated
             else ready_condition.reason
             if busy
             else "Reconciled"
         ),
         (
-            f"restarting {restart.pod}: {restart.reason}"
-            if restart is not None
+            "restarting " + "; ".join(f"{each.pod}: {each.reason}" for each in restarts)
+            if restarts
             else settling[1]
             if settling is not None
             else f"{ready_condition.message}; {held}"

@@ -13,8 +13,9 @@ A rolling restart follows these rules, one decision per reconciliation:
    (its configuration, image or pod template changed), when a broker's address on an
    external listener is no longer the one it started with, or when it carries the
    `gregor.dev/restart` annotation. Only due pods are restarted.
-2. Never more than one pod at a time: while a pod is being deleted, nothing else is; and
-   nothing at all while `spec.rollout.paused` is true.
+2. Never more than one restart (one pod, or one batch of rule 10) at a time: while a pod
+   is being deleted, nothing else is; and nothing at all while `spec.rollout.paused` is
+   true.
 3. Every pod the cluster should have must exist: a pod the StatefulSet has not (re)created
    yet, a restarted one among them, holds every restart. Counting only the pods that exist
    once let a roll restart a second controller while the first was still gone.
@@ -37,6 +38,13 @@ A rolling restart follows these rules, one decision per reconciliation:
    passed over: the brokers wait for the quorum's roll to finish.
 9. Each restart is a pod deletion: SIGTERM is the broker's controlled shutdown, and the
    StatefulSet recreates the pod at the update revision.
+10. With `spec.rollout.maxParallel` above 1, the broker rule 7 cleared takes other due
+   brokers of its rack (of the whole cluster, when the pods have no rack) with it, in the
+   roll's order, each only when the verdict of the whole batch with it clears them all:
+   what blocks a set blocks every larger one, so the batch grows one verified member at a
+   time and is never larger than what a verdict proved. Combined nodes are voters and
+   never join a batch. A verdict not asked yet is asked (`Step.asks`) before the batch
+   grows by it; without an answer, the batch restarts as it is.
 
 Besides the roll, a broker whose node refused its empty volume, and whose new volume the user
 accepted (`gregor.dev/format-volumes`), is restarted at once (rule 2 still holds): its new pod
@@ -54,6 +62,7 @@ from .observed import BrokerFacts, Observed, PodState
 from .volumes import FORMAT_ANNOTATION, says_not_formatted
 
 __all__ = [
+    "ASK_ROUNDS",
     "Ask",
     "Restart",
     "Step",
@@ -70,6 +79,11 @@ __all__ = [
 
 ROLE_ORDER: tuple[Role, ...] = ("controller", "combined", "broker")
 
+ASK_ROUNDS = 16
+"""At most this many rounds of restart verdicts per decision: the single pods' (one round),
+then one for each broker a batch tries to grow by (rule 10); the batch is carried out as it
+stands after the last."""
+
 
 @dataclass(frozen=True, slots=True)
 class Restart:
@@ -78,23 +92,31 @@ class Restart:
 
 
 @dataclass(frozen=True, slots=True)
-class Step:
-    """What the roll does now: restart a pod, or nothing (then `held` says why, and
-    `settling` how soon a voter's wait for the DNS is over)."""
+class Ask:
+    """A restart verdict the roller needs: of stopping `nodes` (the pods `pods`) together,
+    asked of the quorum's leader when `voter` (only it can judge the quorum), else of a
+    running broker not among them."""
 
-    restart: Restart | None = None
-    held: str | None = None
-    settling: tuple[float, str] | None = None
+    nodes: tuple[int, ...]
+    pods: tuple[str, ...]
+    voter: bool
 
 
 @dataclass(frozen=True, slots=True)
-class Ask:
-    """A restart verdict the roller needs: of stopping `nodes`, asked of the quorum's leader
-    when `voter` (only it can judge the quorum), else of a running broker not among them."""
+class Step:
+    """What the roll does now: restart pods (one, or a batch of rule 10), or nothing (then
+    `held` says why, and `settling` how soon a voter's wait for the DNS is over). `asks`:
+    the verdicts that would let the batch grow, to ask before it is carried out."""
 
-    nodes: tuple[int, ...]
-    pod: str
-    voter: bool
+    restarts: tuple[Restart, ...] = ()
+    held: str | None = None
+    settling: tuple[float, str] | None = None
+    asks: tuple[Ask, ...] = ()
+
+    @property
+    def restart(self) -> Restart | None:
+        """The first pod it restarts (the only one, but for a batch)."""
+        return self.restarts[0] if self.restarts else None
 
 
 def node_id(pool: Pool, ordinal: int) -> int:
@@ -164,7 +186,7 @@ def verdicts_wanted(
     voters = [pod for pod in waiting if pod.pool in VOTER_ROLES]
     chosen = voters[:1] or waiting
     return [
-        Ask((node_id(by_role[pod.pool], pod.ordinal),), pod.name, pod.pool in VOTER_ROLES)
+        Ask((node_id(by_role[pod.pool], pod.ordinal),), (pod.name,), pod.pool in VOTER_ROLES)
         for pod in chosen
         if pod.pool in by_role
     ]
@@ -173,7 +195,7 @@ def verdicts_wanted(
 def whom_to_ask(ask: Ask, observed: Observed, active_controller: str | None) -> list[str]:
     """The pods to ask for `ask`'s verdict, in order, until one answers: the quorum's leader
     for a voter (only it can judge the quorum); for a broker, a ready broker other than the
-    one asked about (any broker holds every partition's ISR), or that broker itself when it
+    ones asked about (any broker holds every partition's ISR), or that broker itself when it
     is the only one."""
     ready = sorted(pod.name for pod in observed.pods if pod.ready and not pod.deleting)
     if ask.voter:
@@ -181,9 +203,10 @@ def whom_to_ask(ask: Ask, observed: Observed, active_controller: str | None) -> 
     brokers = [
         pod.name
         for pod in observed.pods
-        if pod.pool in BROKER_ROLES and pod.name in ready and pod.name != ask.pod
+        if pod.pool in BROKER_ROLES and pod.name in ready and pod.name not in ask.pods
     ]
-    return sorted(brokers)[:2] or ([ask.pod] if ask.pod in ready else [])
+    alone = len(ask.pods) == 1 and ask.pods[0] in ready
+    return sorted(brokers)[:2] or (list(ask.pods) if alone else [])
 
 
 def next_step(
@@ -196,6 +219,7 @@ def next_step(
     moved: Mapping[str, str],
     to_format: Collection[int] = (),
     paused: bool = False,
+    max_parallel: int = 1,
 ) -> Step:
     """The rules of the module's docstring, in order; `expected`: the name of every pod the
     pools should have (rule 3)."""
@@ -210,7 +234,7 @@ def next_step(
         accepted = pool is not None and node_id(pool, pod.ordinal) in to_format
         if accepted and not pod.ready and says_not_formatted(pod):
             why = f"its new volume is to be formatted ({FORMAT_ANNOTATION})"
-            return Step(Restart(pod.name, why))
+            return Step((Restart(pod.name, why),))
     waiting = due(observed, moved)  # 1
     if not waiting:
         return Step()
@@ -220,12 +244,13 @@ def next_step(
         return Step(held=f"waiting for pods not created yet: {', '.join(missing)}")
     for pod in waiting:  # 4
         if pod.stuck is not None:
-            return Step(Restart(pod.name, reason(pod, observed, moved)))
+            return Step((Restart(pod.name, reason(pod, observed, moved)),))
     not_ready = [pod.name for pod in observed.pods if not pod.ready]
     if not_ready:  # 5
         return Step(held=f"waiting for {', '.join(sorted(not_ready))} to be ready")
     held: list[str] = []
-    for pod in sorted(waiting, key=_order(facts)):  # 6
+    ordered = sorted(waiting, key=_order(facts))
+    for pod in ordered:  # 6
         pool = by_role.get(pod.pool)
         if pool is None:
             continue
@@ -239,8 +264,41 @@ def next_step(
             settling = _dns_settling(pod, observed, dns_ttl_s)  # 8
             if settling is not None:
                 return Step(settling=settling, held=settling[1])
-        return Step(Restart(pod.name, reason(pod, observed, moved)))
+            return Step((Restart(pod.name, reason(pod, observed, moved)),))
+        batch, asks = _batch(pod, ordered, by_role, facts, max_parallel)  # 10
+        return Step(tuple(Restart(p.name, reason(p, observed, moved)) for p in batch), asks=asks)
     return Step(held="restarts held: " + "; ".join(held))
+
+
+def _batch(
+    first: PodState,
+    ordered: Sequence[PodState],
+    by_role: Mapping[Role, Pool],
+    facts: BrokerFacts | None,
+    max_parallel: int,
+) -> tuple[list[PodState], tuple[Ask, ...]]:
+    """Rule 10: `first` (cleared alone) and the due brokers of its rack that a verdict of
+    the whole batch clears, in order; and the verdict to ask next, if the batch may grow."""
+    batch = [first]
+    ids: tuple[int, ...] = (node_id(by_role[first.pool], first.ordinal),)
+    if facts is None:
+        return batch, ()
+    for pod in ordered:
+        if len(batch) >= max_parallel:
+            break
+        if pod.name == first.name or pod.pool != "broker" or pod.rack != first.rack:
+            continue
+        alone = facts.verdicts.get((node_id(by_role[pod.pool], pod.ordinal),))
+        if alone is not None and not alone.safe:
+            continue  # what blocks it alone blocks it in any batch
+        together = tuple(sorted((*ids, node_id(by_role[pod.pool], pod.ordinal))))
+        verdict = facts.verdicts.get(together)
+        if verdict is None:
+            return batch, (Ask(together, (*(p.name for p in batch), pod.name), voter=False),)
+        if verdict.safe:
+            batch.append(pod)
+            ids = together
+    return batch, ()
 
 
 def rollout_status(
@@ -258,20 +316,22 @@ def rollout_status(
     restarts meanwhile still says so), and what holds the next. None when no roll is due.
     `expected`: the pods the cluster should have (a record of any other is dropped)."""
     present = {pod.name: pod for pod in observed.pods}
-    now = None if step.restart is None else step.restart.pod
+    now = {restart.pod for restart in step.restarts}
     pods: list[dict[str, str]] = []
     for entry in (recorded or {}).get("pods") or []:
         if entry.get("state") != "Restarting" or entry.get("pod") not in expected:
             continue
-        if entry["pod"] == now or any(e["pod"] == entry["pod"] for e in pods):
+        if entry["pod"] in now or any(e["pod"] == entry["pod"] for e in pods):
             continue
         pod = present.get(entry["pod"])
         if pod is None or pod.deleting or not pod.ready:
             pods.append(
                 {"pod": entry["pod"], "reason": str(entry.get("reason", "")), "state": "Restarting"}
             )
-    if step.restart is not None:
-        pods.append({"pod": step.restart.pod, "reason": step.restart.reason, "state": "Restarting"})
+    pods += [
+        {"pod": restart.pod, "reason": restart.reason, "state": "Restarting"}
+        for restart in step.restarts
+    ]
     listed = {entry["pod"] for entry in pods}
     pods += [
         {"pod": pod.name, "reason": reason(pod, observed, moved), "state": "Pending"}

@@ -818,6 +818,48 @@ def test_a_broker_is_restarted_only_when_its_verdict_clears_it() -> None:
     assert restarted(planned(example(), observed, HEALTHY)) == "gregor-broker-0"
 
 
+def test_brokers_of_one_rack_restart_together_once_a_verdict_clears_them_as_a_batch() -> None:
+    """`spec.rollout.maxParallel: 2`, brokers 0 and 2 in zone-a: broker 0 is cleared alone,
+    the plan asks of 0 and 2 together and, cleared, restarts both (an Event each); broker 1
+    (zone-b) never joins them. Without an answer, broker 0 goes alone."""
+    resource = example()
+    resource["spec"]["rollout"] = {"maxParallel": 2}
+    pods = _all_at(CURRENT) | {f"gregor-controller-{i}": "rev-c2" for i in range(3)}
+    observed = running(ROLLED, pod_revisions=pods)
+    zones = {"gregor-broker-0": "zone-a", "gregor-broker-1": "zone-b", "gregor-broker-2": "zone-a"}
+    observed = dataclasses.replace(
+        observed,
+        pods=[dataclasses.replace(pod, rack=zones.get(pod.name)) for pod in observed.pods],
+    )
+    first = planned(resource, observed, HEALTHY)
+    assert [r.pod for r in first.restarts] == ["gregor-broker-0"]
+    assert [(ask.nodes, ask.pods) for ask in first.asks] == [
+        ((0, 2), ("gregor-broker-0", "gregor-broker-2"))
+    ]
+    together = dataclasses.replace(
+        HEALTHY, verdicts=HEALTHY.verdicts | {(0, 2): Verdict((0, 2), safe=True)}
+    )
+    batch = planned(resource, observed, together)
+    assert [r.pod for r in batch.restarts] == ["gregor-broker-0", "gregor-broker-2"]
+    assert batch.asks == []
+    assert [e[2] for e in batch.events if e[1] == "RollingRestart"] == [
+        "restarting gregor-broker-0: its configuration or image changed",
+        "restarting gregor-broker-2: its configuration or image changed",
+    ]
+    rollout = batch.status["rollout"]
+    assert [(e["pod"], e["state"]) for e in rollout["pods"]] == [
+        ("gregor-broker-0", "Restarting"),
+        ("gregor-broker-2", "Restarting"),
+        ("gregor-broker-1", "Pending"),
+    ]
+    refused = dataclasses.replace(
+        HEALTHY, verdicts=HEALTHY.verdicts | {(0, 2): Verdict((0, 2), safe=False)}
+    )
+    assert [r.pod for r in planned(resource, observed, refused).restarts] == ["gregor-broker-0"]
+    resource["spec"]["rollout"] = {"maxParallel": 0}
+    assert condition(planned(resource, observed, HEALTHY), "Ready").reason == "InvalidSpec"
+
+
 def test_a_voter_whose_quorum_verdict_blocks_holds_the_whole_roll() -> None:
     """Voters are not passed over: the brokers wait for the quorum's roll."""
     observed = running(ROLLED, pod_revisions=_all_at(CURRENT))
