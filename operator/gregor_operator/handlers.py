@@ -327,7 +327,7 @@ def _reconcile_once(body: kopf.Body) -> Plan:
     status = body.get("status") or {}
     cluster_id = adapter.cluster_id(namespace, name) or status.get("clusterId")
     cluster_id = cluster_id or new_cluster_id()
-    observed = adapter.observe(namespace, name, nodes=bool((body.get("spec") or {}).get("rack")))
+    observed = adapter.observe(namespace, name)
     everyone_ready = bool(observed.pods) and all(p.ready for p in observed.pods)
     facts = broker_facts(_bootstrap(body, namespace)) if everyone_ready else None
     facts = _with_active_controller(facts, observed)

@@ -87,9 +87,9 @@ class Kube:
         encoded = (secret.data or {}).get("cluster.id")
         return None if encoded is None else base64.b64decode(encoded).decode()
 
-    def observe(self, namespace: str, name: str, *, nodes: bool = False) -> Observed:
-        """The cluster's StatefulSets, pods and Services; with `nodes` (spec.rack), the
-        labels of the nodes its pods were scheduled to."""
+    def observe(self, namespace: str, name: str) -> Observed:
+        """The cluster's StatefulSets, pods and Services, and the nodes its pods were
+        scheduled to: their labels (spec.rack) and which are cordoned (a drain)."""
         selector = f"gregor.dev/cluster={name}"
         statefulsets: dict[Role, StatefulSetState] = {}
         found_sets: list[Any] = self.apps.list_namespaced_stateful_set(
@@ -140,33 +140,38 @@ class Kube:
             namespace, label_selector=selector
         ).items
         services = {str(found.metadata.name): _service(found) for found in found_services}
-        labels, refused = (
-            self._node_labels({pod.node for pod in pods if pod.node}) if nodes else ({}, None)
-        )
+        labels, cordoned, refused = self._nodes({pod.node for pod in pods if pod.node})
         return Observed(
             statefulsets,
             sorted(pods, key=lambda p: (p.pool, p.ordinal)),
             services,
             labels,
             nodes_refused=refused,
+            cordoned=cordoned,
         )
 
-    def _node_labels(self, names: set[str]) -> tuple[dict[str, dict[str, str]], str | None]:
-        """The labels of these nodes, and what the API server said when it refused to show
-        one (the operator lacks the ClusterRole rule to get nodes). A node that is gone is
-        left out."""
+    def _nodes(
+        self, names: set[str]
+    ) -> tuple[dict[str, dict[str, str]], frozenset[str], str | None]:
+        """The labels of these nodes, those that are cordoned, and what the API server said
+        when it refused to show one (the operator lacks the ClusterRole rule to get nodes).
+        A node that is gone is left out."""
         found: dict[str, dict[str, str]] = {}
+        cordoned: set[str] = set()
         for name in sorted(names):
             try:
                 node: Any = self.core.read_node(name)
             except ApiException as exc:
                 if exc.status == 403:
-                    return found, f"{exc.status} {exc.reason}: cannot get node {name}"
+                    refused = f"{exc.status} {exc.reason}: cannot get node {name}"
+                    return found, frozenset(cordoned), refused
                 if exc.status == 404:
                     continue
                 raise
             found[name] = dict(node.metadata.labels or {})
-        return found, None
+            if node.spec is not None and node.spec.unschedulable:
+                cordoned.add(name)
+        return found, frozenset(cordoned), None
 
     def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
         """Set annotations on one of the cluster's pods (its rack: spec.rack); a pod gone

@@ -580,15 +580,22 @@ def service_account(target: Target) -> dict[str, Any]:
 
 
 def pod_disruption_budget(target: Target, pool: Pool) -> dict[str, Any]:
-    """One node of a pool at a time: a drain never takes two replicas of a partition, or two
-    voters, at once."""
+    """Evictions (`kubectl drain`, a node upgrade, an autoscaler): at most one controller at
+    a time, so a drain never takes two voters; no broker at all (nor combined node): which
+    brokers may stop together depends on their partitions' ISRs, which only their restart
+    verdicts know, so a broker on a cordoned node is moved by the roll instead (`roller`,
+    rule 1), one or a verified batch at a time, and the drain goes on once it is gone."""
+    unavailable = 0 if pool.is_broker else 1
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": owned_metadata(
             target, statefulset_name(target, pool), pool_labels(target, pool)
         ),
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": pool_selector(target, pool)}},
+        "spec": {
+            "maxUnavailable": unavailable,
+            "selector": {"matchLabels": pool_selector(target, pool)},
+        },
     }
 
 

@@ -97,6 +97,9 @@ class Observed:
     (read only with spec.rack)."""
     nodes_refused: str | None = None
     """What the API server said when it would not show the operator a node."""
+    cordoned: frozenset[str] = frozenset()
+    """Those of the nodes that are cordoned (`spec.unschedulable`: `kubectl cordon`, the
+    first step of `kubectl drain`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -247,13 +247,14 @@ def plan(
     racks, unlabelled = _racks(cluster, observed)
     if racks:
         requeue = min(requeue or WAIT_S, PENDING_WAIT_S)  # the pods wait for it to start
-    if cluster.spec.rack is not None and observed.nodes_refused is not None:
+    if observed.nodes_refused is not None:
         events.append(
             (
                 "Warning",
                 "NodesUnreadable",
-                "spec.rack needs the operator to read the nodes' labels (the chart's "
-                f"ClusterRole gives it `get nodes`): {observed.nodes_refused}",
+                "the operator reads the nodes its pods run on, to follow drains and for "
+                "spec.rack (the chart's ClusterRole gives it `get nodes`): "
+                f"{observed.nodes_refused}",
             )
         )
     if unlabelled:

@@ -11,8 +11,10 @@ A rolling restart follows these rules, one decision per reconciliation:
 
 1. A pod is *due* when its StatefulSet revision is not the StatefulSet's update revision
    (its configuration, image or pod template changed), when a broker's address on an
-   external listener is no longer the one it started with, or when it carries the
-   `gregor.dev/restart` annotation. Only due pods are restarted.
+   external listener is no longer the one it started with, when it carries the
+   `gregor.dev/restart` annotation, or when it is a broker on a cordoned node (a drain:
+   brokers' disruption budgets refuse every eviction, so a drain waits for the roll to
+   move them, under the rules below). Only due pods are restarted.
 2. Never more than one restart (one pod, or one batch of rule 10) at a time: while a pod
    is being deleted, nothing else is; and nothing at all while `spec.rollout.paused` is
    true.
@@ -67,6 +69,7 @@ __all__ = [
     "Restart",
     "Step",
     "a_voter_is_due",
+    "drained",
     "due",
     "next_step",
     "node_id",
@@ -136,9 +139,10 @@ def outdated(pod: PodState, observed: Observed) -> bool:
 def a_voter_is_due(observed: Observed, moved: Collection[str] = ()) -> bool:
     """Whether a voter is to be restarted: only then does the roll need to know which one
     is the active controller (rules 6 and 8), which costs asking each voter."""
+    elsewhere = set(drained(observed)) | set(moved)
     return any(
         pod.pool in VOTER_ROLES
-        and (outdated(pod, observed) or pod.name in moved or pod.restart_requested)
+        and (outdated(pod, observed) or pod.name in elsewhere or pod.restart_requested)
         for pod in observed.pods
     )
 
@@ -156,18 +160,32 @@ class _Ordering:
         return rank, self.active_controller == pod.name, pod.ordinal
 
 
+def drained(observed: Observed) -> dict[str, str]:
+    """Rule 1, for drains: each broker pod on a cordoned node, with why it is to restart.
+    Its successor is scheduled elsewhere (or waits, unschedulable, for a node to take it:
+    a volume bound to the drained node holds it there)."""
+    return {
+        pod.name: f"its node {pod.node} is cordoned (drained)"
+        for pod in observed.pods
+        if pod.pool in BROKER_ROLES and pod.node in observed.cordoned and not pod.deleting
+    }
+
+
 def due(observed: Observed, moved: Mapping[str, str]) -> list[PodState]:
+    """Rule 1; `moved`: the pods whose external address moved, with why."""
+    elsewhere = drained(observed) | dict(moved)
     return [
         pod
         for pod in observed.pods
-        if outdated(pod, observed) or pod.name in moved or pod.restart_requested
+        if outdated(pod, observed) or pod.name in elsewhere or pod.restart_requested
     ]
 
 
 def reason(pod: PodState, observed: Observed, moved: Mapping[str, str]) -> str:
     """Why a due pod restarts (rule 1), as the Event and `status.rollout` say it."""
-    if pod.name in moved:
-        return moved[pod.name]
+    elsewhere = drained(observed) | dict(moved)
+    if pod.name in elsewhere:
+        return elsewhere[pod.name]
     if outdated(pod, observed):
         if pod.stuck is not None:
             return f"it is stuck ({pod.stuck}) on an old revision"

@@ -837,7 +837,7 @@ def test_brokers_of_one_rack_restart_together_once_a_verdict_clears_them_as_a_ba
         ((0, 2), ("gregor-broker-0", "gregor-broker-2"))
     ]
     together = dataclasses.replace(
-        HEALTHY, verdicts=HEALTHY.verdicts | {(0, 2): Verdict((0, 2), safe=True)}
+        HEALTHY, verdicts={**HEALTHY.verdicts, (0, 2): Verdict((0, 2), safe=True)}
     )
     batch = planned(resource, observed, together)
     assert [r.pod for r in batch.restarts] == ["gregor-broker-0", "gregor-broker-2"]
@@ -853,11 +853,67 @@ def test_brokers_of_one_rack_restart_together_once_a_verdict_clears_them_as_a_ba
         ("gregor-broker-1", "Pending"),
     ]
     refused = dataclasses.replace(
-        HEALTHY, verdicts=HEALTHY.verdicts | {(0, 2): Verdict((0, 2), safe=False)}
+        HEALTHY, verdicts={**HEALTHY.verdicts, (0, 2): Verdict((0, 2), safe=False)}
     )
     assert [r.pod for r in planned(resource, observed, refused).restarts] == ["gregor-broker-0"]
     resource["spec"]["rollout"] = {"maxParallel": 0}
     assert condition(planned(resource, observed, HEALTHY), "Ready").reason == "InvalidSpec"
+
+
+def test_a_drain_waits_for_the_roll_to_move_brokers_and_may_evict_one_controller() -> None:
+    """Evictions: the controllers' budget allows one, the brokers' none. A broker on a
+    cordoned node is restarted by the roll instead, once its verdict clears it; a controller
+    there is left to the drain's eviction. A broker pod already gone from it is not due."""
+    found = planned(example())
+    budgets = {
+        o["metadata"]["name"]: o["spec"]
+        for o in found.objects
+        if o["kind"] == "PodDisruptionBudget"
+    }
+    assert budgets == {
+        "gregor-controller": {
+            "maxUnavailable": 1,
+            "selector": {
+                "matchLabels": {"gregor.dev/cluster": "gregor", "gregor.dev/pool": "controller"}
+            },
+        },
+        "gregor-broker": {
+            "maxUnavailable": 0,
+            "selector": {
+                "matchLabels": {"gregor.dev/cluster": "gregor", "gregor.dev/pool": "broker"}
+            },
+        },
+    }
+    nodes = {"gregor-controller-2": "worker-a", "gregor-broker-1": "worker-a"}
+    observed = running(CURRENT)
+    observed = dataclasses.replace(
+        observed,
+        pods=[
+            dataclasses.replace(pod, node=nodes.get(pod.name, "worker-b")) for pod in observed.pods
+        ],
+        cordoned=frozenset({"worker-a"}),
+    )
+    drained = planned(example(), observed, HEALTHY)
+    assert restarted(drained) == "gregor-broker-1"
+    assert drained.restart is not None
+    assert drained.restart.reason == "its node worker-a is cordoned (drained)"
+    assert [e["pod"] for e in drained.status["rollout"]["pods"]] == ["gregor-broker-1"]
+    blocked = Verdict((1,), safe=False, blocking=("orders-0 (P3: …)",))
+    held = planned(
+        example(),
+        observed,
+        dataclasses.replace(HEALTHY, verdicts={**HEALTHY.verdicts, (1,): blocked}),
+    )
+    assert held.restart is None
+    assert "gregor-broker-1: orders-0 (P3: …)" in condition(held, "Reconciling").message
+    moved = dataclasses.replace(
+        observed,
+        pods=[
+            dataclasses.replace(pod, node="worker-b" if pod.name == "gregor-broker-1" else pod.node)
+            for pod in observed.pods
+        ],
+    )
+    assert planned(example(), moved, HEALTHY).restart is None
 
 
 def test_a_voter_whose_quorum_verdict_blocks_holds_the_whole_roll() -> None:

@@ -56,6 +56,8 @@ class Node:
     """Its pod carries the `gregor.dev/restart` annotation (the pod replacing it does not)."""
     rack: str | None = None
     """The rack (zone) it was told, with spec.rack."""
+    drained: bool = False
+    """Its Kubernetes node is cordoned (a drain); its successor runs on another."""
 
     @property
     def id(self) -> int:
@@ -111,12 +113,14 @@ class World:
                 stuck="CrashLoopBackOff" if n.phase == "stuck" else None,
                 restart_requested=n.asked,
                 rack=n.rack,
+                node=f"node-of-{n.pod}-{n.revision}",
                 ready_for_s=(self.step - n.since) * STEP_S if n.phase == "ready" else 0.0,
             )
             for n in self.nodes
             if n.phase != "missing"
         ]
-        return Observed(statefulsets, pods)
+        cordoned = frozenset(f"node-of-{n.pod}-{n.revision}" for n in self.nodes if n.drained)
+        return Observed(statefulsets, pods, cordoned=cordoned)
 
     def views(self) -> list[PartitionView]:
         return [
@@ -232,7 +236,7 @@ class World:
                 node.phase, node.since = "missing", self.step
             elif node.phase == "missing" and age >= 1:
                 node.phase, node.since, node.revision = "starting", self.step, "new"
-                node.asked = False
+                node.asked = node.drained = False
             elif node.phase == "starting" and age >= 2:
                 node.phase, node.since = "ready", self.step
             elif node.phase == "ready" and age >= self.lag_steps:
@@ -288,8 +292,9 @@ def worlds(draw: st.DrawFn) -> World:
     if draw(st.booleans()):  # a partial roll left behind: some pods already at the new one
         for node in nodes:
             node.revision = draw(st.sampled_from(["old", "new"]))
-    for node in nodes:  # some pods a user asked to restart
+    for node in nodes:  # some pods a user asked to restart, some brokers' nodes drained
         node.asked = draw(st.booleans()) and draw(st.booleans())
+        node.drained = node.broker and draw(st.booleans()) and draw(st.booleans())
     return World(
         every_pool,
         nodes,
@@ -337,10 +342,13 @@ def roll(world: World, chance: random.Random, max_crashes: int = MAX_CRASHES) ->
             assert all(n.phase not in ("deleting", "missing") for n in world.nodes)
             batches.append([n.pod for n in batch])
         for node in batch:  # each stop is checked against what the ones before it left
-            assert node.revision == "old" or node.asked, f"{node.pod} restarted for nothing"
+            assert node.revision == "old" or node.asked or node.drained, f"{node.pod}: why?"
             world.stop(node)
             world.restarts.append(node.pod)
-        done = all(n.revision == "new" and n.phase == "ready" and not n.asked for n in world.nodes)
+        done = all(
+            n.revision == "new" and n.phase == "ready" and not n.asked and not n.drained
+            for n in world.nodes
+        )
         if done:
             break
         world.advance()
