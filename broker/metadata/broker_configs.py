@@ -21,10 +21,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from .broker_config_table import BROKER_CONFIGS, BrokerConfigDef, UpdateMode
-from .configs import ConfigSource, ConfigType
+from .configs import TOPIC_CONFIGS, ConfigSource, ConfigType
 
 __all__ = [
     "BROKER_CONFIGS",
+    "CONTROLLER_DECIDED",
+    "LIVE_PER_BROKER_CONFIGS",
     "BrokerConfigDef",
     "BrokerSynonym",
     "DescribedConfig",
@@ -80,6 +82,24 @@ for _group in (
         _SYNONYMS[_name] = _group
 _SYNONYMS["log.flush.interval.ms"] = ("log.flush.interval.ms", "log.flush.scheduler.interval.ms")
 
+
+CONTROLLER_DECIDED = frozenset({"min.insync.replicas", "unclean.leader.election.enable"})
+"""Broker configs the controller also weighs (eligible leader replicas, unclean elections),
+reading only a topic's value, every broker's dynamic default and its own file: a value set
+for one broker alone would leave the controller deciding by another."""
+
+LIVE_PER_BROKER_CONFIGS = frozenset(
+    name
+    for name in (
+        {d.broker_name for d in TOPIC_CONFIGS.values() if d.broker_name is not None}
+        | {"max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"}
+    )
+    if name in BROKER_CONFIGS and BROKER_CONFIGS[name].dynamic and name not in CONTROLLER_DECIDED
+)
+"""The broker configs a running node acts on as soon as they are set for it alone
+(IncrementalAlterConfigs on `BROKER <node.id>`): the default of every topic's setting (its
+logs are reconfigured at once) and the connection limits (for connections accepted from
+then on). Any other change to `server.properties` needs a restart to take effect."""
 
 BrokerSynonym = tuple[str, str | None, ConfigSource]
 """(name, value, source): one level that sets a broker config; the value None if sensitive."""

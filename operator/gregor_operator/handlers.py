@@ -34,6 +34,7 @@ from .audits import AUDIT_ANNOTATION, AUDIT_CONDITION, DEFAULT_SPARK_IMAGE, Topi
 from .kafka import (
     active_controller,
     admin,
+    alter_broker_configs,
     broker_facts,
     carry_out,
     delete_topic,
@@ -357,6 +358,12 @@ def _reconcile_once(body: kopf.Body) -> Plan:
             adapter.delete_service(namespace, gone)
     for pod, told in found.pod_annotations.items():
         adapter.annotate_pod(namespace, pod, told)
+    for node, changes in found.config_updates.items():
+        try:
+            alter_broker_configs(_bootstrap(body, namespace), node, changes)
+        except Exception as exc:  # what Kafka answered; the next reconciliation tries again
+            log.warning("%s/%s: configs of broker %d not set: %s", namespace, name, node, exc)
+            kopf.event(body, type="Warning", reason="ConfigUpdateFailed", message=str(exc))
     # The status (status.rollout names the pod) before the restart: an operator stopped in
     # between finds the roll where it was.
     _write_status(body, "kafkaclusters", found)

@@ -32,13 +32,15 @@ from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewPartitions, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
-from .observed import BrokerFacts, Verdict
+from .live_configs import LIVE_PER_BROKER_CONFIGS
+from .observed import BrokerFacts, LiveConfig, Verdict
 from .topics import Action, AddPartitions, CreateTopic, KafkaTopic, SetConfigs
 
 __all__ = [
     "TIMEOUT_S",
     "active_controller",
     "admin",
+    "alter_broker_configs",
     "broker_facts",
     "carry_out",
     "delete_topic",
@@ -84,11 +86,67 @@ def broker_facts(bootstrap: str) -> BrokerFacts | None:
         for partition in topic.partitions.values()
         if len(partition.isrs) < len(partition.replicas)
     )
+    brokers = sorted(int(node.id) for node in described.nodes)
     return BrokerFacts(
-        brokers={int(node.id): "Unfenced" for node in described.nodes},
+        brokers=dict.fromkeys(brokers, "Unfenced"),
         under_replicated=under,
         active_controller=None,
+        configs=_live_configs(client, brokers),
     )
+
+
+def _live_configs(client: AdminClient, brokers: list[int]) -> dict[int, dict[str, LiveConfig]]:
+    """Each broker's live configs (`live_configs`) as its DescribeConfigs says them: what it
+    runs with, its per-broker value, its file's value. Empty when any broker does not say."""
+    if not brokers:
+        return {}
+    try:
+        # librdkafka takes one broker resource per call: all are sent, then awaited.
+        futures = {
+            node: client.describe_configs(
+                [ConfigResource(ResourceType.BROKER, str(node))], request_timeout=TIMEOUT_S
+            )
+            for node in brokers
+        }
+        answers = {node: _result(asked) for node, asked in futures.items()}
+    except Exception as exc:  # KafkaException or a timeout: the configs are not compared
+        log.info("the brokers' configs could not be read: %s", exc)
+        return {}
+    found: dict[int, dict[str, LiveConfig]] = {}
+    for node, entries in answers.items():
+        found[node] = {}
+        for name in LIVE_PER_BROKER_CONFIGS & set(entries):
+            entry = entries[name]
+            levels = [(entry.name, entry.value, entry.source)] + [
+                (s.name, s.value, s.source) for s in (entry.synonyms or {}).values()
+            ]
+            found[node][name] = LiveConfig(
+                value=entry.value,
+                dynamic=_level(levels, name, ConfigSource.DYNAMIC_BROKER_CONFIG),
+                static=_level(levels, name, ConfigSource.STATIC_BROKER_CONFIG),
+            )
+    return found
+
+
+def _level(
+    levels: list[tuple[str, str | None, int]], name: str, source: ConfigSource
+) -> str | None:
+    """The value `name` itself has at `source`, among an entry's own level and synonyms."""
+    return next((v for n, v, s in levels if n == name and s == source.value), None)
+
+
+def alter_broker_configs(bootstrap: str, node: int, changes: Mapping[str, str | None]) -> None:
+    """Set (None: delete) configs for one broker alone (IncrementalAlterConfigs on `BROKER
+    <node>`); raises what Kafka answers."""
+    entries = [
+        ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+        if value is not None
+        else ConfigEntry(key, None, incremental_operation=AlterConfigOpType.DELETE)
+        for key, value in sorted(changes.items())
+    ]
+    resource = ConfigResource(ResourceType.BROKER, str(node), incremental_configs=entries)
+    client = admin(bootstrap)  # held until the answer: a client collected drops its requests
+    _result(client.incremental_alter_configs([resource], request_timeout=TIMEOUT_S))
 
 
 METRICS_TIMEOUT_S = 2.0

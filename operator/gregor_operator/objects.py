@@ -29,6 +29,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from broker.metadata.broker_configs import LIVE_PER_BROKER_CONFIGS
+
 from .models import KafkaCluster, KafkaClusterSpec, Listener, NodePool, Storage
 
 __all__ = [
@@ -418,8 +420,15 @@ def _spread(
 def config_hash(target: Target, spec: KafkaClusterSpec, pool: Pool, *, ephemeral: bool) -> str:
     """What a pod of the pool runs, as one hash: a change makes a new revision to roll to.
     The external addresses and the formatted node ids are not in it: they change as the
-    cluster grows, and a pod whose address changed is restarted on its own (`planner`)."""
-    text = _properties_text(server_properties(target, spec, pool)) + "\0".join(
+    cluster grows, and a pod whose address changed is restarted on its own (`planner`). Nor
+    are the values of the configs running brokers take as they change (`live_configs`):
+    those are set on each broker instead, and restart nothing."""
+    properties = {
+        key: value
+        for key, value in server_properties(target, spec, pool).items()
+        if key not in LIVE_PER_BROKER_CONFIGS
+    }
+    text = _properties_text(properties) + "\0".join(
         _command(target, spec, pool, ephemeral=ephemeral)
     )
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -16,6 +16,7 @@ from .objects import Claims, Role
 __all__ = [
     "STUCK_REASONS",
     "BrokerFacts",
+    "LiveConfig",
     "Observed",
     "PodState",
     "ServiceState",
@@ -103,6 +104,19 @@ class Observed:
 
 
 @dataclass(frozen=True, slots=True)
+class LiveConfig:
+    """A broker config a running node applies when it is set for it alone
+    (`LIVE_PER_BROKER_CONFIGS`), as that broker's DescribeConfigs says it."""
+
+    value: str | None
+    """What it runs with now."""
+    dynamic: str | None = None
+    """The value set for this broker alone (IncrementalAlterConfigs), if any."""
+    static: str | None = None
+    """The value in the `server.properties` it started with, if any."""
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerFacts:
     """What the cluster's own Admin API says (None: the operator could not ask it)."""
 
@@ -114,6 +128,8 @@ class BrokerFacts:
     """The pod of the quorum's leader, when the operator asked the voters."""
     verdicts: Mapping[tuple[int, ...], Verdict] = field(default_factory=dict)
     """What the nodes said of stopping each set of node ids the roller asked about."""
+    configs: Mapping[int, Mapping[str, LiveConfig]] = field(default_factory=dict)
+    """Each broker's live configs, by node id (empty when they could not be read)."""
 
 
 @dataclass(frozen=True, slots=True)

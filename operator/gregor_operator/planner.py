@@ -42,11 +42,13 @@ from .listeners import (
     external_addresses,
     started_with,
 )
+from .live_configs import LiveChanges, live_changes, live_part
 from .models import KafkaCluster, problems
 from .objects import (
     BROKER_ROLES,
     RACK_ANNOTATION,
     Claims,
+    Pool,
     Role,
     Target,
     claims_of,
@@ -138,6 +140,9 @@ class Plan:
     asks: list[Ask] = field(default_factory=list)
     """Restart verdicts the roll would weigh that `facts` lacks: the handler asks the nodes
     and plans again with their answers."""
+    config_updates: Mapping[int, Mapping[str, str | None]] = field(default_factory=dict)
+    """By broker node id: configs to set (None: delete) for that broker alone, which it
+    applies without a restart (`live_configs`)."""
 
     @property
     def restart(self) -> Restart | None:
@@ -187,6 +192,8 @@ def plan(
         return _invalid(too_long, reason="NameTooLong")
     started, moved = started_with(resource, cluster, observed, external)
     every_pool = pools(cluster.spec)
+    live = _live(cluster, facts)
+    moved = _stale(target, every_pool, live, observed) | moved
     expected = [
         pod_name(target, pool, ordinal)
         for pool in every_pool
@@ -224,6 +231,7 @@ def plan(
         held=step.held,
         moved=moved,
         disks=disks,
+        live=live,
     )
     if pending and conditions[0].reason not in ("NodesStuck", "QuorumNotFormed", LOST_VOLUME):
         message = "waiting for Kubernetes to give these Services an address: " + ", ".join(
@@ -271,6 +279,8 @@ def plan(
         ("Normal", "RollingRestart", f"restarting {each.pod}: {each.reason}")
         for each in step.restarts
     ]
+    if live.updates:
+        events.append(("Normal", "ConfigUpdated", "set without a restart: " + _live_text(live)))
     wanted = {o["metadata"]["name"] for o in objects if o["kind"] == "Service"}
     return Plan(
         objects=objects,
@@ -302,6 +312,45 @@ def plan(
         ),
         asks=asks,
         pod_annotations={pod: {RACK_ANNOTATION: rack} for pod, rack in racks.items()},
+        config_updates=live.updates,
+    )
+
+
+def _live(cluster: KafkaCluster, facts: BrokerFacts | None) -> LiveChanges:
+    """What to set on running brokers, and which still run with what the spec dropped."""
+    if facts is None or not facts.configs:
+        return LiveChanges()
+    wanted = live_part(cluster.spec.config.properties() if cluster.spec.config else {})
+    return live_changes(wanted, facts.configs)
+
+
+def _stale(
+    target: Target, every_pool: Sequence[Pool], live: LiveChanges, observed: Observed
+) -> dict[str, str]:
+    """The broker pods to restart because they run with a config the spec no longer has
+    (`live_configs`, rule 3), with why."""
+    present = {pod.name for pod in observed.pods}
+    found: dict[str, str] = {}
+    for pool in every_pool:
+        if not pool.is_broker:
+            continue
+        for node, keys in live.stale.items():
+            ordinal = node - pool.node_id_base
+            name = pod_name(target, pool, ordinal)
+            if ordinal >= 0 and name in present:
+                found[name] = f"it runs with {', '.join(keys)} from its file, no longer set"
+    return found
+
+
+def _live_text(live: LiveChanges) -> str:
+    """What is set (or deleted) on which brokers."""
+    by_change: dict[str, list[int]] = {}
+    for node, changes in sorted(live.updates.items()):
+        for key, value in sorted(changes.items()):
+            said = f"{key}={value}" if value is not None else f"{key} (per-broker value deleted)"
+            by_change.setdefault(said, []).append(node)
+    return "; ".join(
+        f"{said} on broker(s) {', '.join(map(str, nodes))}" for said, nodes in by_change.items()
     )
 
 
@@ -489,6 +538,7 @@ def _conditions(
     held: str | None = None,
     moved: Mapping[str, str] | None = None,
     disks: Volumes,
+    live: LiveChanges | None = None,
 ) -> tuple[list[ConditionState], float | None]:
     expected = _expected_pods(cluster, replicas)
     ready = [pod for pod in observed.pods if pod.ready and not pod.deleting]
@@ -539,6 +589,10 @@ def _conditions(
             "False",
             "RollingRestart",
             f"{len(outdated)} node(s) to restart: {', '.join(sorted(outdated))}",
+        )
+    elif live is not None and live.updates:
+        ready_condition = ConditionState(
+            "Ready", "False", "ConfigUpdating", "setting without a restart: " + _live_text(live)
         )
     elif facts.under_replicated:
         ready_condition = ConditionState(

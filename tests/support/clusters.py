@@ -32,7 +32,6 @@ from tests.support.nodes import (
     Cluster,
     format_node,
     start_cluster,
-    wait_for_brokers,
     wait_listening,
 )
 from tests.support.requests import fill
@@ -154,8 +153,6 @@ def three_nodes(
         per_node = {node_id: dict(settings) for node_id, settings in (each or {}).items()}
         cluster = start_cluster(directory, 3, 0, dict(extra or {}), each=per_node)
         try:
-            # Each node answers from its own copy of the metadata: wait until all list all.
-            wait_for_brokers({b.node_id: b.port for b in cluster.brokers}, {1, 2, 3}, 60)
             yield ThreeNodes(kind, ",".join(b.bootstrap for b in cluster.brokers), _gregor=cluster)
         finally:
             cluster.kill()

@@ -616,13 +616,22 @@ def test_a_storage_change_is_refused_and_the_current_claims_kept() -> None:
 
 
 def test_a_config_change_changes_the_revision_of_the_pools_it_reaches() -> None:
+    """A config a running broker cannot take (auto.create.topics.enable) rolls every pool; one
+    it takes (log.retention.ms) rolls none, and still reaches each pool's file."""
     resource = example()
     before = planned(resource)
     changed = copy.deepcopy(resource)
-    changed["spec"]["config"]["log.retention.ms"] = 3_600_000
+    changed["spec"]["config"]["auto.create.topics.enable"] = False
     after = planned(changed)
     for statefulset in ("gregor-controller", "gregor-broker"):
         assert template_hash(before, statefulset) != template_hash(after, statefulset)
+    live = copy.deepcopy(resource)
+    live["spec"]["config"]["log.retention.ms"] = 3_600_000
+    after = planned(live)
+    for statefulset in ("gregor-controller", "gregor-broker"):
+        assert template_hash(before, statefulset) == template_hash(after, statefulset)
+    properties = objects(after, "ConfigMap")["gregor-broker-config"]["data"]["server.properties"]
+    assert "log.retention.ms=3600000\n" in properties
     resized = copy.deepcopy(resource)
     resized["spec"]["brokers"]["resources"] = {"limits": {"memory": "2Gi"}}
     after = planned(resized)
