@@ -45,6 +45,7 @@ from .kube import Kube
 from .models import KafkaCluster
 from .objects import (
     DEFAULT_IMAGE,
+    DRY_RUN_ANNOTATION,
     METRICS_PORT,
     VOTER_ROLES,
     Target,
@@ -306,7 +307,8 @@ def reconcile_cluster(body: kopf.Body) -> Plan | None:
         if not running:
             return None
         found = _reconcile_once(body)
-        _reconcile_audits(body)
+        if found.applied:  # a dry run launches no audit either
+            _reconcile_audits(body)
         for _ in range(AGAIN_PASSES - 1):
             wait = found.requeue_after
             if wait is None or wait >= SETTINGS.interval_s:
@@ -568,7 +570,9 @@ def _write_status(body: kopf.Body, plural: str, found: Plan | TopicPlan) -> None
         if kind == "Normal" or (reason, message) not in known:  # a refusal is told once
             kopf.event(body, type=kind, reason=reason, message=message)
     status = dict(found.status)
-    status["observedGeneration"] = generation
+    if getattr(found, "applied", True):
+        status["observedGeneration"] = generation
+    # A dry run observes a generation without carrying it out: the last applied one stays.
     status["conditions"] = merge_conditions(
         current, found.conditions, now=_now(), generation=generation
     )
@@ -585,8 +589,14 @@ def cluster_changed(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None
         _set_audit_metrics(body["metadata"]["namespace"], body["metadata"]["name"], {}, None)
         return
     status = body.get("status") or {}
-    if status.get("observedGeneration") != body["metadata"].get("generation"):
-        reconcile_cluster(body)
+    generation = body["metadata"].get("generation")
+    dry_run = DRY_RUN_ANNOTATION in (body["metadata"].get("annotations") or {})
+    reported = (status.get("dryRun") or {}).get("generation")
+    if dry_run:
+        if reported != generation:  # a new spec to report on (not our own status write)
+            reconcile_cluster(body)
+    elif status.get("dryRun") is not None or status.get("observedGeneration") != generation:
+        reconcile_cluster(body)  # the dry run ended, or a new spec to carry out
 
 
 @kopf.timer(GROUP, VERSION, "kafkaclusters", interval=SETTINGS.interval_s, sharp=False)

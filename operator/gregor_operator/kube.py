@@ -18,6 +18,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
+from broker.config import parse_properties
+
 from . import GROUP, VERSION
 from .audits import (
     REQUEST_ANNOTATION,
@@ -35,6 +37,7 @@ from .objects import (
     FIELD_MANAGER,
     RACK_ANNOTATION,
     RESTART_ANNOTATION,
+    TEMPLATE_HASH,
     Claims,
     Role,
     cluster_id_secret_name,
@@ -99,10 +102,13 @@ class Kube:
             role = _ROLES.get((found.metadata.labels or {}).get("gregor.dev/pool", ""))
             if role is None:
                 continue
+            containers = found.spec.template.spec.containers or []
             statefulsets[role] = StatefulSetState(
                 replicas=found.spec.replicas or 0,
                 update_revision=found.status.update_revision if found.status else None,
                 claims=_claims(found.spec.volume_claim_templates),
+                template_hash=(found.metadata.annotations or {}).get(TEMPLATE_HASH),
+                image=containers[0].image if containers else None,
             )
         pods = []
         now = datetime.datetime.now(datetime.UTC)
@@ -141,12 +147,22 @@ class Kube:
         ).items
         services = {str(found.metadata.name): _service(found) for found in found_services}
         labels, cordoned, refused = self._nodes({pod.node for pod in pods if pod.node})
+        properties: dict[Role, dict[str, str]] = {}
+        found_maps: list[Any] = self.core.list_namespaced_config_map(
+            namespace, label_selector=selector
+        ).items
+        for found in found_maps:
+            role = _ROLES.get((found.metadata.labels or {}).get("gregor.dev/pool", ""))
+            text = (found.data or {}).get("server.properties")
+            if role is not None and text is not None:
+                properties[role] = parse_properties(text)
         return Observed(
             statefulsets,
             sorted(pods, key=lambda p: (p.pool, p.ordinal)),
             services,
             labels,
             nodes_refused=refused,
+            properties=properties,
             cordoned=cordoned,
         )
 

@@ -548,10 +548,39 @@ class RolloutStatus(Model):
     """What holds the next restart, when something does."""
 
 
+class DryRunRestart(Model):
+    pod: str
+    reason: str
+
+
+class DryRunConfig(Model):
+    config: str
+    value: str | None = None
+    """The new value (absent: the config goes back to its default)."""
+
+
+class DryRunStatus(Model):
+    """What the spec would do were it applied (`gregor.dev/dry-run` on the resource)."""
+
+    generation: int | None = None
+    """The spec's generation this describes."""
+    summary: str
+    restarts: list[DryRunRestart] = []
+    """The pods it would restart, in no particular order, and why."""
+    without_restart: list[DryRunConfig] = []
+    """Configs it would set on the running brokers, restarting none."""
+    adds: list[str] = []
+    """Pods it would add."""
+    refused: list[str] = []
+    """Changes it asks for that would be refused (`ChangeRefused`), the current value kept."""
+
+
 class KafkaClusterStatus(Status):
     cluster_id: str | None = None
     rollout: RolloutStatus | None = None
     """The rolling restart under way, written before each restart (absent when none is)."""
+    dry_run: DryRunStatus | None = None
+    """Present while the resource carries `gregor.dev/dry-run`: the spec is not applied."""
     retention_audit: AuditRunStatus | None = None
     listeners: list[ListenerStatus] | None = None
     nodes: list[NodeStatus] | None = None

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -36,12 +37,14 @@ from .models import KafkaCluster, KafkaClusterSpec, Listener, NodePool, Storage
 __all__ = [
     "BROKER_ROLES",
     "CONTROLLER_PORT",
+    "DRY_RUN_ANNOTATION",
     "EXTERNAL_LABEL",
     "FORMATTED_FILE",
     "METRICS_PORT",
     "NODE_HOST",
     "RACK_ANNOTATION",
     "REPLICATION_PORT",
+    "TEMPLATE_HASH",
     "VOTER_ROLES",
     "Claims",
     "External",
@@ -58,6 +61,7 @@ __all__ = [
     "owned_metadata",
     "pools",
     "server_properties",
+    "template_hash",
 ]
 
 Role = Literal["controller", "broker", "combined"]
@@ -72,6 +76,8 @@ DATA_DIR = "/var/lib/gregor"
 CONFIG_DIR = "/etc/gregor"
 FIELD_MANAGER = "gregor-operator"
 CONFIG_HASH = "gregor.dev/config-hash"
+TEMPLATE_HASH = "gregor.dev/template-hash"
+"""On a StatefulSet: the hash of the pod template the operator wrote (`template_hash`)."""
 EXTERNAL_LABEL = "gregor.dev/listener"
 """On the Services of an external listener: the listener's name."""
 RACK_ANNOTATION = "gregor.dev/rack"
@@ -82,6 +88,9 @@ POD_INFO_DIR = "/etc/gregor/pod"
 RESTART_ANNOTATION = "gregor.dev/restart"
 """On a pod (any value): restart it, in its turn and under the roll's rules (Strimzi's
 manual rolling update). The pod that replaces it does not carry it, so it restarts once."""
+DRY_RUN_ANNOTATION = "gregor.dev/dry-run"
+"""On a KafkaCluster (any value): apply nothing, restart nothing; say in `status.dryRun` what
+the spec would restart, set without a restart, add or refuse."""
 SERVICE_TYPES = {"nodeport": "NodePort", "loadbalancer": "LoadBalancer"}
 DEFAULT_IMAGE = "gregor-broker:dev"
 
@@ -761,14 +770,15 @@ def statefulset(
                 "spec": claim,
             }
         ]
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": owned_metadata(
-            target, statefulset_name(target, pool), pool_labels(target, pool)
-        ),
-        "spec": sts_spec,
-    }
+    metadata = owned_metadata(target, statefulset_name(target, pool), pool_labels(target, pool))
+    metadata["annotations"] = {TEMPLATE_HASH: template_hash(sts_spec["template"])}
+    return {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": metadata, "spec": sts_spec}
+
+
+def template_hash(template: Mapping[str, Any]) -> str:
+    """A pod template as one hash: the StatefulSet carries its own (`TEMPLATE_HASH`), so a
+    dry run can tell which pools a spec would give a new revision, and so restart."""
+    return hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _camel(name: str) -> str:

@@ -73,6 +73,10 @@ class StatefulSetState:
     update_revision: str | None
     claims: Claims
     """The volume claim it was created with."""
+    template_hash: str | None = None
+    """The hash of the pod template the operator wrote (its `gregor.dev/template-hash`)."""
+    image: str | None = None
+    """Its pods' image."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +102,8 @@ class Observed:
     (read only with spec.rack)."""
     nodes_refused: str | None = None
     """What the API server said when it would not show the operator a node."""
+    properties: Mapping[Role, Mapping[str, str]] = field(default_factory=dict)
+    """Each pool's `server.properties`, as its ConfigMap holds it."""
     cordoned: frozenset[str] = frozenset()
     """Those of the nodes that are cordoned (`spec.unschedulable`: `kubectl cordon`, the
     first step of `kubectl drain`)."""

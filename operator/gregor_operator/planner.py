@@ -33,7 +33,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from broker.config import BrokerConfig
+from broker.config import BrokerConfig, parse_properties
 from broker.storage.config import InvalidConfig
 
 from .listeners import (
@@ -42,11 +42,13 @@ from .listeners import (
     external_addresses,
     started_with,
 )
-from .live_configs import LiveChanges, live_changes, live_part
+from .live_configs import LIVE_PER_BROKER_CONFIGS, LiveChanges, live_changes, live_part
 from .models import KafkaCluster, problems
 from .objects import (
     BROKER_ROLES,
+    DRY_RUN_ANNOTATION,
     RACK_ANNOTATION,
+    TEMPLATE_HASH,
     Claims,
     Pool,
     Role,
@@ -56,6 +58,7 @@ from .objects import (
     pod_name,
     pools,
     server_properties,
+    statefulset_name,
 )
 from .observed import (
     STUCK_REASONS,
@@ -69,10 +72,12 @@ from .observed import (
 from .roller import (
     Ask,
     Restart,
+    Step,
     a_voter_is_due,
     due,
     next_step,
     node_id,
+    reason,
     rollout_status,
     verdicts_wanted,
 )
@@ -143,6 +148,9 @@ class Plan:
     config_updates: Mapping[int, Mapping[str, str | None]] = field(default_factory=dict)
     """By broker node id: configs to set (None: delete) for that broker alone, which it
     applies without a restart (`live_configs`)."""
+    applied: bool = True
+    """False for a dry run (`gregor.dev/dry-run`): the spec's generation is not carried
+    out, so `observedGeneration` stays what it was."""
 
     @property
     def restart(self) -> Restart | None:
@@ -181,6 +189,7 @@ def plan(
     if refusal is not None:
         return _invalid(refusal)
     replicas, refused = _allowed_replicas(cluster, observed)
+    cluster = _voters_kept(cluster, replicas)
     claims, refused_claims = _allowed_claims(cluster, observed)
     refused += refused_claims
     external, pending = external_addresses(target, cluster, observed, replicas)
@@ -251,10 +260,80 @@ def plan(
         conditions.append(
             ConditionState("ChangeRefused", "True", refused[0][0], "; ".join(m for _, m in refused))
         )
-    events = [("Warning", reason, message) for reason, message in refused]
     racks, unlabelled = _racks(cluster, observed)
     if racks:
         requeue = min(requeue or WAIT_S, PENDING_WAIT_S)  # the pods wait for it to start
+    events = _events(cluster, observed, refused, unlabelled=unlabelled, step=step, live=live)
+    wanted = {o["metadata"]["name"] for o in objects if o["kind"] == "Service"}
+    found = Plan(
+        objects=objects,
+        restarts=step.restarts,
+        conditions=conditions,
+        status=_status(
+            cluster, target, observed, facts, replicas, started=started, formatted=disks.formatted
+        )
+        | {
+            "rollout": rollout_status(
+                observed,
+                moved,
+                facts,
+                step,
+                paused=cluster.spec.rollout.paused,
+                recorded=(resource.get("status") or {}).get("rollout"),
+                expected=expected,
+            ),
+            "dryRun": None,
+        },
+        events=events,
+        requeue_after=requeue,
+        deletions=[
+            ("Service", name)
+            for name, service in sorted(observed.services.items())
+            if service.listener is not None and service.owner == target.uid and name not in wanted
+        ],
+        annotations=(
+            {} if disks.annotation is None else {FORMAT_ANNOTATION: disks.annotation or None}
+        ),
+        asks=asks,
+        pod_annotations={pod: {RACK_ANNOTATION: rack} for pod, rack in racks.items()},
+        config_updates=live.updates,
+    )
+    if DRY_RUN_ANNOTATION not in (metadata.get("annotations") or {}):
+        return found
+    report = _dry_run(
+        every_pool=every_pool,
+        target=target,
+        objects=objects,
+        observed=observed,
+        moved=moved,
+        expected=expected,
+        refused=refused,
+        generation=metadata.get("generation"),
+    )
+    rollout = rollout_status(
+        observed,
+        moved,
+        facts,
+        Step(held=f"held by the {DRY_RUN_ANNOTATION} annotation"),
+        paused=cluster.spec.rollout.paused,
+        recorded=(resource.get("status") or {}).get("rollout"),
+        expected=expected,
+    )
+    return _held_for_dry_run(found, report, rollout)
+
+
+def _events(
+    cluster: KafkaCluster,
+    observed: Observed,
+    refused: Sequence[tuple[str, str]],
+    *,
+    unlabelled: Sequence[str],
+    step: Step,
+    live: LiveChanges,
+) -> list[tuple[str, str, str]]:
+    """The plan's Events: refusals, nodes the operator cannot read or that lack the rack
+    label, each restart, and the configs set without one."""
+    events = [("Warning", reason, message) for reason, message in refused]
     if observed.nodes_refused is not None:
         events.append(
             (
@@ -281,39 +360,111 @@ def plan(
     ]
     if live.updates:
         events.append(("Normal", "ConfigUpdated", "set without a restart: " + _live_text(live)))
-    wanted = {o["metadata"]["name"] for o in objects if o["kind"] == "Service"}
-    return Plan(
-        objects=objects,
-        restarts=step.restarts,
-        conditions=conditions,
-        status=_status(
-            cluster, target, observed, facts, replicas, started=started, formatted=disks.formatted
-        )
-        | {
-            "rollout": rollout_status(
-                observed,
-                moved,
-                facts,
-                step,
-                paused=cluster.spec.rollout.paused,
-                recorded=(resource.get("status") or {}).get("rollout"),
-                expected=expected,
-            )
-        },
-        events=events,
-        requeue_after=requeue,
-        deletions=[
-            ("Service", name)
-            for name, service in sorted(observed.services.items())
-            if service.listener is not None and service.owner == target.uid and name not in wanted
-        ],
-        annotations=(
-            {} if disks.annotation is None else {FORMAT_ANNOTATION: disks.annotation or None}
-        ),
-        asks=asks,
-        pod_annotations={pod: {RACK_ANNOTATION: rack} for pod, rack in racks.items()},
-        config_updates=live.updates,
+    return events
+
+
+def _held_for_dry_run(found: Plan, report: dict[str, Any], rollout: dict[str, Any] | None) -> Plan:
+    """A dry run's plan: nothing applied, deleted, annotated, set or restarted; the status
+    and conditions as they are, with the report and what holds the roll."""
+    reconciling = ConditionState(
+        "Reconciling",
+        "False",
+        "DryRun",
+        f"nothing is applied while the resource carries {DRY_RUN_ANNOTATION}: " + report["summary"],
     )
+    return Plan(
+        objects=[],
+        restarts=(),
+        conditions=[found.conditions[0], reconciling, *found.conditions[2:]],
+        status=found.status | {"rollout": rollout, "dryRun": report},
+        events=[event for event in found.events if event[0] == "Warning"],
+        requeue_after=None,  # the timer looks again; the annotation's removal, at once
+        applied=False,
+    )
+
+
+def _dry_run(
+    *,
+    every_pool: Sequence[Pool],
+    target: Target,
+    objects: Sequence[Mapping[str, Any]],
+    observed: Observed,
+    moved: Mapping[str, str],
+    expected: Sequence[str],
+    refused: Sequence[tuple[str, str]],
+    generation: int | None,
+) -> dict[str, Any]:
+    """`status.dryRun`: which pods the spec would restart and why (those already due, and
+    every pod of a pool whose pod template it changes), which configs it would set on the
+    running brokers instead, which pods it adds, and what it would refuse."""
+    wanted_sets = {o["metadata"]["name"]: o for o in objects if o["kind"] == "StatefulSet"}
+    wanted_maps = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ConfigMap"}
+    restarts = {pod.name: reason(pod, observed, moved) for pod in due(observed, moved)}
+    live: dict[str, str | None] = {}
+    for pool in every_pool:
+        name = statefulset_name(target, pool)
+        current = observed.statefulsets.get(pool.role)
+        wanted = wanted_sets.get(name)
+        config = wanted_maps.get(f"{name}-config")
+        before = observed.properties.get(pool.role, {})
+        after = parse_properties(config["data"]["server.properties"]) if config else before
+        for key in sorted(set(live_part(before)) | set(live_part(after))):
+            if before.get(key) != after.get(key):
+                live[key] = after.get(key)
+        if current is None or wanted is None:
+            continue
+        why = _template_change(wanted, current, before, after)
+        for pod in observed.pods:
+            if why is not None and pod.pool == pool.role and pod.name not in restarts:
+                restarts[pod.name] = why
+    present = {pod.name for pod in observed.pods}
+    adds = [name for name in expected if name not in present]
+    said = [f"{len(restarts)} pod(s) would restart" if restarts else "no pod would restart"]
+    if live:
+        said.append(f"{len(live)} config(s) would be set without a restart")
+    if adds:
+        said.append(f"{len(adds)} pod(s) would be added")
+    if refused:
+        said.append(f"{len(refused)} change(s) would be refused")
+    return {
+        "generation": generation,
+        "summary": "; ".join(said),
+        "restarts": [{"pod": pod, "reason": why} for pod, why in sorted(restarts.items())],
+        "withoutRestart": [
+            {"config": key} | ({} if value is None else {"value": value})
+            for key, value in sorted(live.items())
+        ],
+        "adds": adds,
+        "refused": [message for _, message in refused],
+    }
+
+
+def _template_change(
+    wanted: Mapping[str, Any],
+    current: StatefulSetState,
+    before: Mapping[str, str],
+    after: Mapping[str, str],
+) -> str | None:
+    """Why a pool's pods would restart: its new pod template (its image, the configuration
+    they must restart to take, anything else of the pod), None if it keeps its template. A
+    StatefulSet an earlier operator wrote has no template hash: its image and configuration
+    are compared alone."""
+    if current.template_hash == wanted["metadata"]["annotations"][TEMPLATE_HASH]:
+        return None
+    reasons = []
+    image = wanted["spec"]["template"]["spec"]["containers"][0]["image"]
+    if current.image is not None and image != current.image:
+        reasons.append(f"its image changes ({current.image} → {image})")
+    changed = [
+        f"{key} ({before.get(key, 'unset')} → {after.get(key, 'unset')})"
+        for key in sorted(set(before) | set(after))
+        if before.get(key) != after.get(key) and key not in LIVE_PER_BROKER_CONFIGS
+    ]
+    if changed:
+        reasons.append("its configuration changes: " + ", ".join(changed))
+    if not reasons and current.template_hash is not None:
+        reasons.append("its pod template changes")
+    return "; ".join(reasons) or None
 
 
 def _live(cluster: KafkaCluster, facts: BrokerFacts | None) -> LiveChanges:
@@ -456,6 +607,21 @@ def _allowed_replicas(
                 )
             )
     return allowed, refused
+
+
+def _voters_kept(cluster: KafkaCluster, replicas: Mapping[Role, int]) -> KafkaCluster:
+    """The cluster as the plan carries it out: a voters' pool keeps the size it has when its
+    resizing is refused, so `controller.quorum.voters` (in every pool's configuration) keeps
+    naming the voters that run, and no pod restarts for a change that was refused."""
+    spec = cluster.spec
+    for pool in pools(spec):
+        kept = replicas.get(pool.role, pool.spec.replicas)
+        if pool.is_controller and kept != pool.spec.replicas:
+            field_name = "controllers" if pool.role == "controller" else "combined"
+            spec = spec.model_copy(
+                update={field_name: pool.spec.model_copy(update={"replicas": kept})}
+            )
+    return cluster if spec is cluster.spec else cluster.model_copy(update={"spec": spec})
 
 
 def _allowed_claims(

@@ -601,6 +601,12 @@ def test_an_unsafe_scaling_is_refused_and_the_current_size_kept(
     assert "stay 3" in refused.message
     assert f"asked: {replicas}" in refused.message
     assert ("Warning", reason, refused.message) in found.events
+    # Nothing of the refused size reaches the pods: the voters stay the three that run.
+    before = planned(example(), running(CURRENT), HEALTHY)
+    for statefulset in ("gregor-controller", "gregor-broker"):
+        assert template_hash(before, statefulset) == template_hash(found, statefulset)
+    properties = objects(found, "ConfigMap")["gregor-broker-config"]["data"]["server.properties"]
+    assert properties.count("@gregor-controller-") == 3
 
 
 def test_a_storage_change_is_refused_and_the_current_claims_kept() -> None:
