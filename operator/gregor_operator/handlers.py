@@ -64,7 +64,7 @@ from .planner import (
     merge_conditions,
     plan,
 )
-from .roller import ASK_ROUNDS, whom_to_ask
+from .roller import ASK_ROUNDS, drained, whom_to_ask
 from .topics import TopicPlan, cluster_serves_topics, plan_topic, topic_name
 
 __all__ = ["Settings"]
@@ -332,7 +332,9 @@ def _reconcile_once(body: kopf.Body) -> Plan:
     cluster_id = cluster_id or new_cluster_id()
     observed = adapter.observe(namespace, name)
     everyone_ready = bool(observed.pods) and all(p.ready for p in observed.pods)
-    facts = broker_facts(_bootstrap(body, namespace)) if everyone_ready else None
+    # The brokers are asked when the roll may go on: every pod ready, or a drain under way.
+    askable = everyone_ready or bool(drained(observed))
+    facts = broker_facts(_bootstrap(body, namespace)) if askable else None
     facts = _with_active_controller(facts, observed)
     planning = functools.partial(
         plan,

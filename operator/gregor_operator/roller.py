@@ -24,7 +24,10 @@ A rolling restart follows these rules, one decision per reconciliation:
 4. A due pod that is stuck (crash-looping, unable to pull its image or to be scheduled) is
    restarted first: it is not serving, and its new revision may fix it.
 5. Otherwise every pod must be ready before the next restart, so each restart waits until
-   the previous pod is back, and a node still recovering its logs is never restarted.
+   the previous pod is back, and a node still recovering its logs is never restarted. One
+   exception: a ready broker on a cordoned node may go while other pods are not ready (a
+   drain evicts the node's controller too, which may not come back before the node does,
+   and the drain would wait for ever); its verdict alone decides, as it weighs every ISR.
 6. Controllers go first, then combined nodes, then brokers; within a pool, by ordinal, with
    the active controller last (its restart moves the leadership once, not at every step).
 7. A node that is a broker is restarted only when a running broker's restart verdict clears
@@ -201,6 +204,9 @@ def verdicts_wanted(
     broker's."""
     by_role = {pool.role: pool for pool in pools}
     waiting = sorted(due(observed, moved), key=_order(facts))
+    if not all(pod.ready for pod in observed.pods):  # 5: only drained brokers may go
+        leaving = drained(observed)
+        waiting = [pod for pod in waiting if pod.name in leaving and pod.ready]
     voters = [pod for pod in waiting if pod.pool in VOTER_ROLES]
     chosen = voters[:1] or waiting
     return [
@@ -265,7 +271,10 @@ def next_step(
             return Step((Restart(pod.name, reason(pod, observed, moved)),))
     not_ready = [pod.name for pod in observed.pods if not pod.ready]
     if not_ready:  # 5
-        return Step(held=f"waiting for {', '.join(sorted(not_ready))} to be ready")
+        leaving = drained(observed)
+        waiting = [pod for pod in waiting if pod.name in leaving and pod.ready]
+        if not waiting:
+            return Step(held=f"waiting for {', '.join(sorted(not_ready))} to be ready")
     held: list[str] = []
     ordered = sorted(waiting, key=_order(facts))
     for pod in ordered:  # 6

@@ -931,6 +931,47 @@ def test_a_drain_waits_for_the_roll_to_move_brokers_and_may_evict_one_controller
     assert planned(example(), moved, HEALTHY).restart is None
 
 
+def test_a_drained_broker_goes_while_the_drain_keeps_its_evicted_controller_away() -> None:
+    """The drain evicted the node's controller, whose volume keeps it unscheduled until the
+    node is back: the node's two brokers (one zone) still go together when their verdict
+    says so, or the drain would wait for ever; nothing else restarts meanwhile."""
+    resource = example()
+    resource["spec"]["rollout"] = {"maxParallel": 2}
+    observed = running(CURRENT, not_ready=["gregor-controller-2"])
+    on_a = {"gregor-broker-0", "gregor-broker-2"}
+    observed = dataclasses.replace(
+        observed,
+        pods=[
+            dataclasses.replace(
+                pod,
+                node="worker-a" if pod.name in on_a else None if pod.ready is False else "worker-b",
+                rack="zone-a" if pod.name in on_a else "zone-b",
+                stuck="Unschedulable" if not pod.ready else None,
+            )
+            for pod in observed.pods
+        ],
+        cordoned=frozenset({"worker-a"}),
+    )
+    facts = dataclasses.replace(
+        HEALTHY, verdicts={**HEALTHY.verdicts, (0, 2): Verdict((0, 2), safe=True)}
+    )
+    found = planned(resource, observed, facts)
+    assert [r.pod for r in found.restarts] == ["gregor-broker-0", "gregor-broker-2"]
+    assert {r.reason for r in found.restarts} == {"its node worker-a is cordoned (drained)"}
+    blocked = dataclasses.replace(
+        HEALTHY,
+        verdicts={
+            **HEALTHY.verdicts,
+            (0,): Verdict((0,), safe=False),
+            (2,): Verdict((2,), safe=False),
+        },
+    )
+    assert planned(resource, observed, blocked).restarts == ()
+    uncordoned = dataclasses.replace(observed, cordoned=frozenset())
+    held = planned(resource, uncordoned, facts)
+    assert held.restarts == ()
+
+
 def test_a_voter_whose_quorum_verdict_blocks_holds_the_whole_roll() -> None:
     """Voters are not passed over: the brokers wait for the quorum's roll."""
     observed = running(ROLLED, pod_revisions=_all_at(CURRENT))

@@ -152,8 +152,9 @@ class World:
         )
 
     def facts(self) -> BrokerFacts | None:
-        if not all(self.up(n) for n in self.nodes):
-            return None  # the handler asks only a cluster whose pods are all ready
+        draining = any(n.drained and self.up(n) for n in self.nodes)
+        if not all(self.up(n) for n in self.nodes) and not draining:
+            return None  # the handler asks a cluster whose pods are all ready, or drained
         leader = self.quorum()
         active = next((n.pod for n in self.nodes if leader and n.id == leader.leader), None)
         facts = BrokerFacts(
