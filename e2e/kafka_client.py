@@ -9,6 +9,14 @@ resolve, and runs its commands with `kubectl exec`. Each prints one JSON line.
   consume TOPIC                  every record from the start (until 15 s bring nothing new):
                                  the numbers, and any other values
   config TOPIC                   the topic's configs as DescribeConfigs gives them
+  group-until TOPIC STOP LOG     a consumer group member reading until the file STOP exists,
+                                 committing as it goes, each value appended to LOG; then how
+                                 many and the errors it was told of
+  fetched-from TOPIC RACK        every record from the start with client.rack=RACK: for each
+                                 partition, the brokers it fetched from and its leader
+  broker-config ID NAME          a broker's config NAME: its value and source
+  replicas                       every partition of every topic (internal ones too): its
+                                 replicas
 
 Only the standard library and confluent-kafka: it runs outside the project's environment.
 """
@@ -127,8 +135,108 @@ def config(topic: str) -> dict[str, object]:
     return {name: entry.value for name, entry in described.items()}
 
 
+def group_until(topic: str, stop: str, log: str) -> dict[str, object]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": BOOTSTRAP,
+            "group.id": f"e2e-group-{topic}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": True,
+            "auto.commit.interval.ms": 1000,
+            **QUIET,
+        }
+    )
+    consumer.subscribe([topic])
+    errors: list[str] = []
+    consumed = 0
+    with open(log, "a") as out:
+        while not os.path.exists(stop):
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error() is not None:
+                errors.append(str(message.error()))
+                continue
+            out.write((message.value() or b"").decode() + "\n")
+            out.flush()
+            consumed += 1
+        # What was produced up to the stop: read on until 15 s bring nothing new.
+        quiet_since = time.monotonic()
+        while time.monotonic() - quiet_since < 15:
+            message = consumer.poll(0.5)
+            if message is None or message.error() is not None:
+                continue
+            out.write((message.value() or b"").decode() + "\n")
+            consumed += 1
+            quiet_since = time.monotonic()
+    consumer.close()
+    return {"consumed": consumed, "errors": errors[:5]}
+
+
+def fetched_from(topic: str, rack: str) -> dict[str, object]:
+    seen: dict[str, set[int]] = {}
+    leaders: dict[str, int] = {}
+
+    def statistics(text: str) -> None:
+        partitions = json.loads(text)["topics"].get(topic, {}).get("partitions", {})
+        for name, partition in partitions.items():
+            if name != "-1" and partition.get("broker", -1) >= 0:
+                seen.setdefault(name, set()).add(int(partition["broker"]))
+                leaders[name] = int(partition.get("leader", -1))
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": BOOTSTRAP,
+            "group.id": f"e2e-rack-{uuid.uuid4()}",
+            "client.rack": rack,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "statistics.interval.ms": 200,
+            "stats_cb": statistics,
+            **QUIET,
+        }
+    )
+    consumer.subscribe([topic])
+    count = 0
+    started = time.monotonic()
+    while time.monotonic() - started < 20:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            count += 1
+    consumer.close()
+    return {
+        "count": count,
+        "fetchedFrom": {name: sorted(brokers) for name, brokers in seen.items()},
+        "leaders": leaders,
+    }
+
+
+def broker_config(node: str, name: str) -> dict[str, object]:
+    admin = AdminClient({"bootstrap.servers": BOOTSTRAP, **QUIET})
+    resource = ConfigResource("broker", node)
+    entry = admin.describe_configs([resource])[resource].result(30)[name]
+    return {"value": entry.value, "source": entry.source}
+
+
+def replicas() -> dict[str, object]:
+    admin = AdminClient({"bootstrap.servers": BOOTSTRAP, **QUIET})
+    metadata = admin.list_topics(timeout=30)
+    return {
+        f"{name}-{index}": list(partition.replicas)
+        for name, topic in metadata.topics.items()
+        for index, partition in topic.partitions.items()
+    }
+
+
 def main(argv: list[str]) -> int:
-    command, topic, *rest = argv
+    command, *arguments = argv
+    if command == "replicas":
+        print(json.dumps(replicas()))
+        return 0
+    if command == "broker-config":
+        print(json.dumps(broker_config(*arguments)))
+        return 0
+    topic, *rest = arguments
     if command == "produce":
         result = produce(topic, int(rest[0]), float(rest[1]) if len(rest) > 1 else 0.0)
     elif command == "produce-until":
@@ -137,6 +245,10 @@ def main(argv: list[str]) -> int:
         result = consume(topic)
     elif command == "config":
         result = config(topic)
+    elif command == "group-until":
+        result = group_until(topic, rest[0], rest[1])
+    elif command == "fetched-from":
+        result = fetched_from(topic, rest[0])
     else:
         print(f"unknown command {command}", file=sys.stderr)
         return 2

@@ -572,6 +572,11 @@ def _write_status(body: kopf.Body, plural: str, found: Plan | TopicPlan) -> None
         if kind == "Normal" or (reason, message) not in known:  # a refusal is told once
             kopf.event(body, type=kind, reason=reason, message=message)
     status = dict(found.status)
+    rollout = status.get("rollout")
+    if rollout is not None and rollout.get("held"):
+        before = (body.get("status") or {}).get("rollout") or {}
+        same = before.get("held") == rollout["held"] and before.get("heldSince")
+        status["rollout"] = rollout | {"heldSince": before["heldSince"] if same else _now()}
     if getattr(found, "applied", True):
         status["observedGeneration"] = generation
     # A dry run observes a generation without carrying it out: the last applied one stays.

@@ -538,6 +538,11 @@ class RolloutPodStatus(Model):
     it is stuck on an old revision, the `gregor.dev/restart` annotation, a new volume."""
     state: Literal["Pending", "Restarting"]
     """Restarting: deleted by the operator, not back and ready yet."""
+    attempts: int = 0
+    """How many times the operator has deleted it in this roll."""
+    uid: str | None = None
+    """The uid of the pod the operator was deleting (Restarting): if the same pod is still
+    there after an operator restart, the deletion never happened."""
 
 
 class RolloutStatus(Model):
@@ -546,6 +551,8 @@ class RolloutStatus(Model):
     """The pods to restart, in the order the roll takes them."""
     held: str | None = None
     """What holds the next restart, when something does."""
+    held_since: str | None = None
+    """Since when that has held it (RFC 3339)."""
 
 
 class DryRunRestart(Model):

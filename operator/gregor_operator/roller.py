@@ -344,7 +344,19 @@ def rollout_status(
     `expected`: the pods the cluster should have (a record of any other is dropped)."""
     present = {pod.name: pod for pod in observed.pods}
     now = {restart.pod for restart in step.restarts}
-    pods: list[dict[str, str]] = []
+    attempts: dict[str, int] = {}
+    for entry in (recorded or {}).get("pods") or []:
+        name, tried = str(entry.get("pod")), int(entry.get("attempts") or 0)
+        pod = present.get(name)
+        undone = (  # recorded, then the operator stopped before it deleted the pod
+            entry.get("state") == "Restarting"
+            and pod is not None
+            and pod.uid is not None
+            and pod.uid == entry.get("uid")
+            and not pod.deleting
+        )
+        attempts[name] = tried - 1 if undone else tried
+    pods: list[dict[str, Any]] = []
     for entry in (recorded or {}).get("pods") or []:
         if entry.get("state") != "Restarting" or entry.get("pod") not in expected:
             continue
@@ -353,15 +365,32 @@ def rollout_status(
         pod = present.get(entry["pod"])
         if pod is None or pod.deleting or not pod.ready:
             pods.append(
-                {"pod": entry["pod"], "reason": str(entry.get("reason", "")), "state": "Restarting"}
+                {
+                    "pod": entry["pod"],
+                    "reason": str(entry.get("reason", "")),
+                    "state": "Restarting",
+                    "attempts": attempts.get(entry["pod"], 1),
+                }
+                | ({"uid": entry["uid"]} if entry.get("uid") else {})
             )
     pods += [
-        {"pod": restart.pod, "reason": restart.reason, "state": "Restarting"}
+        {
+            "pod": restart.pod,
+            "reason": restart.reason,
+            "state": "Restarting",
+            "attempts": attempts.get(restart.pod, 0) + 1,
+        }
+        | ({"uid": uid} if (uid := getattr(present.get(restart.pod), "uid", None)) else {})
         for restart in step.restarts
     ]
     listed = {entry["pod"] for entry in pods}
     pods += [
-        {"pod": pod.name, "reason": reason(pod, observed, moved), "state": "Pending"}
+        {
+            "pod": pod.name,
+            "reason": reason(pod, observed, moved),
+            "state": "Pending",
+            "attempts": attempts.get(pod.name, 0),
+        }
         for pod in sorted(due(observed, moved), key=_order(facts))
         if pod.name not in listed
     ]

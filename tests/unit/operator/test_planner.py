@@ -1297,6 +1297,7 @@ def test_status_rollout_names_the_restarting_pod_until_it_is_back_and_ready() ->
             "pod": "gregor-broker-0",
             "reason": "its configuration or image changed",
             "state": "Restarting",
+            "attempts": 1,
         }
     ]
     # The operator restarts: the pod is gone, and only the record says which one it was.
@@ -1305,6 +1306,7 @@ def test_status_rollout_names_the_restarting_pod_until_it_is_back_and_ready() ->
     again = planned(resource, gone, HEALTHY)
     assert again.restart is None
     assert again.status["rollout"]["pods"][0]["state"] == "Restarting"
+    assert again.status["rollout"]["pods"][0]["attempts"] == 1
     starting = running(ROLLED, not_ready=["gregor-broker-0"])
     assert planned(resource, starting, HEALTHY).status["rollout"]["pods"][0]["pod"] == (
         "gregor-broker-0"

@@ -58,6 +58,8 @@ class Node:
     """The rack (zone) it was told, with spec.rack."""
     drained: bool = False
     """Its Kubernetes node is cordoned (a drain); its successor runs on another."""
+    incarnation: int = 0
+    """How many times its pod was recreated (its uid changes with it)."""
 
     @property
     def id(self) -> int:
@@ -113,6 +115,7 @@ class World:
                 stuck="CrashLoopBackOff" if n.phase == "stuck" else None,
                 restart_requested=n.asked,
                 rack=n.rack,
+                uid=f"{n.pod}/{n.incarnation}",
                 node=f"node-of-{n.pod}-{n.revision}",
                 ready_for_s=(self.step - n.since) * STEP_S if n.phase == "ready" else 0.0,
             )
@@ -238,6 +241,7 @@ class World:
             elif node.phase == "missing" and age >= 1:
                 node.phase, node.since, node.revision = "starting", self.step, "new"
                 node.asked = node.drained = False
+                node.incarnation += 1
             elif node.phase == "starting" and age >= 2:
                 node.phase, node.since = "ready", self.step
             elif node.phase == "ready" and age >= self.lag_steps:
@@ -331,6 +335,7 @@ def roll(world: World, chance: random.Random, max_crashes: int = MAX_CRASHES) ->
         if record is not None:
             listed = [entry["pod"] for entry in record["pods"]]
             assert len(listed) == len(set(listed)), record
+            assert all(entry["attempts"] <= 1 for entry in record["pods"]), record
         if step.restarts and crashes < max_crashes and chance.random() < 0.2:
             crashes += 1
             step = Step()  # the operator died after recording the step, before the deletion
