@@ -12,6 +12,7 @@ The whole stack, with the operator in a pod, is the Helm e2e test's."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -354,7 +355,10 @@ def test_external_listeners_take_clients_from_outside_the_cluster(
         return found if status.get("readyNodes") == "1/1" and all(found.values()) else None
 
     bootstrap = eventually("the node to be ready, reachable from outside", addresses, timeout=180)
-    node = json.loads(kubectl("get", "nodes", "-o", "json"))["items"][0]
+    pod = get(kubectl, namespace, "pod", f"{CLUSTER}-combined-0")
+    assert pod is not None
+    node = get(kubectl, namespace, "node", pod["spec"]["nodeName"])  # the broker's own node
+    assert node is not None
     node_ip = next(a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP")
     assert bootstrap["direct"].startswith(f"{node_ip}:"), bootstrap
     assert bootstrap["cloud"] == "203.0.113.10:9095", bootstrap  # the bootstrap Service's
@@ -362,15 +366,37 @@ def test_external_listeners_take_clients_from_outside_the_cluster(
     advertised = status["nodes"][0]["addresses"]
     assert advertised["cloud"] == "203.0.113.11:9095", advertised  # its own Service's
     assert advertised["direct"].startswith(f"{node_ip}:"), advertised
-    for listener in ("direct", "cloud"):
-        topic = f"from-{listener}"
-        create_topic(bootstrap[listener], topic, 2)
-        producer = Producer({"bootstrap.servers": bootstrap[listener], "acks": "all", **QUIET})
-        for value in range(200):
-            producer.produce(topic, str(value).encode(), partition=value % 2)
-        assert producer.flush(30) == 0, listener
-        got = read_all(bootstrap[listener], topic, 2, 200)
-        assert sorted(int(m.value() or b"-1") for m in got) == list(range(200)), listener
+    with _routed_to_a_node(LOAD_BALANCED, node_ip):
+        for listener in ("direct", "cloud"):
+            topic = f"from-{listener}"
+            create_topic(bootstrap[listener], topic, 2)
+            producer = Producer({"bootstrap.servers": bootstrap[listener], "acks": "all", **QUIET})
+            for value in range(200):
+                producer.produce(topic, str(value).encode(), partition=value % 2)
+            assert producer.flush(30) == 0, listener
+            got = read_all(bootstrap[listener], topic, 2, 200)
+            assert sorted(int(m.value() or b"-1") for m in got) == list(range(200)), listener
+
+
+LOAD_BALANCED = "203.0.113.10/31"
+"""The addresses the fake load balancer controller hands out (TEST-NET-3)."""
+
+
+@contextlib.contextmanager
+def _routed_to_a_node(network: str, node_ip: str) -> Iterator[None]:
+    """Part of the FAKE load balancer: a cloud's balancer carries its address to a node,
+    whose kube-proxy takes it to the pods. On the host cluster kube-proxy runs on this
+    machine and catches it already; on kind it runs inside the node containers, so this
+    machine is told to send the addresses to one (and forgets it after)."""
+    local = subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True, check=True)
+    if f" {node_ip}/" in local.stdout:
+        yield
+        return
+    subprocess.run(["ip", "route", "replace", network, "via", node_ip], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["ip", "route", "del", network], check=False)
 
 
 ZONE = "topology.kubernetes.io/zone"

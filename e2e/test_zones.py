@@ -264,48 +264,77 @@ def _pods(kubectl: Kubectl, namespace: str) -> dict[str, PodView]:
 
 @dataclass
 class Watch:
-    """What the pods did while a scenario ran: each pod's uids in order, and, each second
-    some were not ready, which ones."""
+    """What the pods did while a scenario ran, looked at every second: each pod's uids in
+    order; and at each look, the pods being replaced (deleted, their successor not ready
+    yet) and the pods not ready for any reason (a voter waiting for its quorum's new
+    leader, a node gone)."""
 
     started: float = field(default_factory=time.monotonic)
     uids: dict[str, list[str]] = field(default_factory=dict)
-    down: list[tuple[int, list[str]]] = field(default_factory=list)
-    first_down: dict[str, float] = field(default_factory=dict)
-    back: dict[str, float] = field(default_factory=dict)
+    last_ready: dict[str, str] = field(default_factory=dict)
+    timeline: list[tuple[int, list[str], list[str]]] = field(default_factory=list)
+    """(seconds in, replacing, not ready), at each look where any pod was either."""
+    replaced_from: dict[str, float] = field(default_factory=dict)
+    replaced_until: dict[str, float] = field(default_factory=dict)
 
     def look(self, pods: dict[str, PodView]) -> None:
         moment = time.monotonic() - self.started
-        for name, view in pods.items():
-            seen = self.uids.setdefault(name, [view.uid])
-            if seen[-1] != view.uid:
-                seen.append(view.uid)
-        unready = sorted(name for name in self.uids if name not in pods or not pods[name].ready)
-        for name in unready:
-            self.first_down.setdefault(name, moment)
-        for name in self.first_down:
-            if name not in unready:
-                self.back.setdefault(name, moment)
-        if unready:
-            self.down.append((round(moment), unready))
+        for name, seen_now in pods.items():
+            seen = self.uids.setdefault(name, [seen_now.uid])
+            if seen[-1] != seen_now.uid:
+                seen.append(seen_now.uid)
+            if seen_now.ready:
+                self.last_ready.setdefault(name, seen_now.uid)
+        replacing, down = [], []
+        for name in sorted(self.uids):
+            view = pods.get(name)
+            if view is None or view.uid != self.last_ready.get(name):
+                replacing.append(name)
+                self.replaced_from.setdefault(name, moment)
+            elif name in self.replaced_from:
+                self.replaced_until.setdefault(name, moment)
+            if view is not None and view.ready:
+                self.last_ready[name] = view.uid
+            if view is None or not view.ready:
+                down.append(name)
+        if replacing or down:
+            self.timeline.append((round(moment), replacing, down))
 
     @property
     def restarted(self) -> dict[str, int]:
         return {name: len(uids) - 1 for name, uids in self.uids.items()}
 
     @property
-    def most_at_once(self) -> int:
-        return max((len(names) for _, names in self.down), default=0)
+    def most_replaced_at_once(self) -> int:
+        return max((len(replacing) for _, replacing, _ in self.timeline), default=0)
 
 
-def _watch(kubectl: Kubectl, zoned: Zoned, until: Any, *, timeout: float = ROLL_WITHIN_S) -> Watch:
-    """Look at the pods every second until `until(watch)` is true and the cluster is Ready."""
-    watch = Watch()
+def _watch(
+    kubectl: Kubectl,
+    zoned: Zoned,
+    until: Any,
+    *,
+    watch: Watch | None = None,
+    timeout: float = ROLL_WITHIN_S,
+) -> Watch:
+    """Look at the pods every second until `until(watch)` is true and the cluster is Ready;
+    `watch`: one that looked before the scenario began."""
+    watch = watch or Watch()
     while True:
         watch.look(_pods(kubectl, zoned.apps))
         if until(watch) and ready(kubectl, zoned.apps, "kafkacluster", CLUSTER):
             return watch
-        assert time.monotonic() - watch.started < timeout, f"not done: {watch.down[-5:]}"
+        assert time.monotonic() - watch.started < timeout, f"not done: {watch.timeline[-5:]}"
         time.sleep(1)
+
+
+def _zones_down(watch: Watch, racks: dict[int, str]) -> list[tuple[int, set[str]]]:
+    """The moments brokers of more than one zone were not ready at once."""
+    return [
+        (moment, zones)
+        for moment, _, down in watch.timeline
+        if len(zones := {racks[int(n.rsplit("-", 1)[1])] for n in down if "-broker-" in n}) > 1
+    ]
 
 
 def _rack_of(zoned: Zoned, kubectl: Kubectl) -> dict[int, str]:
@@ -434,23 +463,25 @@ def test_a_config_that_needs_a_restart_rolls_voters_one_by_one_and_brokers_a_zon
     zoned: Zoned, kubectl: Kubectl
 ) -> None:
     with traffic(kubectl, zoned, "roll"):
-        before = _pods(kubectl, zoned.apps)
+        watch = Watch()
+        watch.look(_pods(kubectl, zoned.apps))
+        before = set(watch.uids)
         _patch(kubectl, zoned, {"config": {"group.initial.rebalance.delay.ms": 1000}})
-        watch = _watch(kubectl, zoned, lambda w: all(n >= 1 for n in w.restarted.values()))
-    assert watch.restarted == dict.fromkeys(before, 1), watch.restarted
+        _watch(kubectl, zoned, lambda w: all(n >= 1 for n in w.restarted.values()), watch=watch)
+    assert watch.restarted == dict.fromkeys(before, 1), watch.uids
     racks = _rack_of(zoned, kubectl)
-    for moment, down in watch.down:
-        brokers = [int(n.rsplit("-", 1)[1]) for n in down if "-broker-" in n]
-        controllers = [n for n in down if "-controller-" in n]
-        assert len(controllers) <= 1, (moment, down)
-        assert len({racks[b] for b in brokers}) <= 1, f"two zones at once at {moment}s: {down}"
-        assert not (brokers and controllers), (moment, down)
-    broker_batches = watch.most_at_once
-    restarts = [watch.back[n] - watch.first_down[n] for n in watch.back]
-    _record("zoned_roll_3_6_total_s", max(watch.back.values()))
+    for moment, replacing, _ in watch.timeline:
+        brokers = [int(n.rsplit("-", 1)[1]) for n in replacing if "-broker-" in n]
+        controllers = [n for n in replacing if "-controller-" in n]
+        assert len(controllers) <= 1, (moment, replacing)
+        assert len({racks[b] for b in brokers}) <= 1, f"two zones at once at {moment}s: {replacing}"
+        assert not (brokers and controllers), (moment, replacing)
+    assert not _zones_down(watch, racks), _zones_down(watch, racks)
+    restarts = [watch.replaced_until[n] - watch.replaced_from[n] for n in watch.replaced_until]
+    _record("zoned_roll_3_6_total_s", max(watch.replaced_until.values()))
     _record("zoned_roll_restart_mean_s", sum(restarts) / len(restarts))
-    _record("zoned_roll_most_pods_at_once", broker_batches)
-    assert broker_batches == 2, watch.down
+    _record("zoned_roll_most_pods_at_once", watch.most_replaced_at_once)
+    assert watch.most_replaced_at_once == 2, watch.timeline
 
 
 # -- (c) the operator killed mid-roll -------------------------------------------------------------
@@ -478,13 +509,13 @@ def test_an_operator_killed_mid_roll_resumes_it_and_restarts_no_pod_twice(
             "delete", "pod", "-l", "app.kubernetes.io/name=gregor-operator", "--grace-period=0",
             "--force", namespace=system,
         )  # fmt: skip
-        resumed = _watch(kubectl, zoned, lambda w: all(w.restarted.get(p, 0) >= 1 for p in brokers))
-        for name, uids in resumed.uids.items():
-            watch.uids.setdefault(name, [])
-            watch.uids[name] += [u for u in uids if u not in watch.uids[name]]
+        _watch(
+            kubectl, zoned, lambda w: all(w.restarted.get(p, 0) >= 1 for p in brokers), watch=watch
+        )
     assert {p: watch.restarted[p] for p in brokers} == dict.fromkeys(brokers, 1), watch.uids
     controllers = [n for n in watch.uids if "-controller-" in n]
     assert all(watch.restarted[c] == 0 for c in controllers), watch.uids
+    assert not _zones_down(watch, _rack_of(zoned, kubectl)), watch.timeline
 
 
 # -- (e) a drain -----------------------------------------------------------------------------------
@@ -495,12 +526,10 @@ def test_a_drained_worker_gives_up_its_brokers_only_as_their_verdicts_allow(
 ) -> None:
     (worker,) = zoned.zones["zone-b"]
     with traffic(kubectl, zoned, "drain"):
-        watch = Watch()
         started = time.monotonic()
         try:
             nodes.drain(kubectl, worker, timeout="300s")
             _record("zoned_drain_s", time.monotonic() - started)
-            watch.look(_pods(kubectl, zoned.apps))
             on_worker = [n for n, v in _pods(kubectl, zoned.apps).items() if v.node == worker]
             assert on_worker == [], on_worker
         finally:

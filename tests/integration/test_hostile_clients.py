@@ -59,6 +59,7 @@ from tests.support.wire import (
     call,
     exchange,
     fetch_frame,
+    fetch_values,
     now_ms,
     produce_frame,
     produce_values,
@@ -476,6 +477,26 @@ waiting for the collector: with the connection's task cancelled on connection lo
 an experiment on efc9fa0), 4.9 to 7.1 MiB."""
 
 
+def _wait_served(broker: Broker, topic: str, partitions: int) -> None:
+    """Until the node serves every partition of a topic just created: CreateTopics answers
+    once the controller has committed them, and the node creates their logs after; a Fetch
+    before then is answered at once, with an error for the partitions it lacks."""
+    values = fetch_values(topic, timedelta(0), range(partitions))
+    deadline = time.monotonic() + 30
+    while True:
+        answer = _call(broker, ApiKey.FETCH, 12, values)
+        lacking = [
+            p.partition_index
+            for t in answer.responses
+            for p in t.partitions
+            if p.error_code != ErrorCode.none
+        ]
+        if not lacking:
+            return
+        assert time.monotonic() < deadline, f"{len(lacking)} partitions of {topic} not served"
+        time.sleep(0.2)
+
+
 def test_abandoned_parked_fetches_are_released(broker: Broker) -> None:
     """Rounds of 100 connections that each park a Fetch of 300 partitions for the longest wait
     a client may ask (2^31-1 ms, 24.8 days) and then vanish (reset). Nobody will read those
@@ -485,6 +506,7 @@ def test_abandoned_parked_fetches_are_released(broker: Broker) -> None:
     ABANDONED_GROWTH_LIMIT of what it was after the first."""
     topic = "forsaken"
     create_topic(broker.node.bootstrap, topic, ABANDONED_PARTITIONS)
+    _wait_served(broker, topic, ABANDONED_PARTITIONS)
     fetch = fetch_frame(topic, timedelta(milliseconds=2**31 - 1), range(ABANDONED_PARTITIONS))
     after_round: list[int] = []
     early: list[socket.socket] = []
