@@ -24,7 +24,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from e2e.conftest import ARTIFACTS, Kubectl, collect_artifacts
+from e2e.client_pod import client_pod, record, run_client
+from e2e.conftest import Kubectl, collect_artifacts
 from e2e.helm import CHART, Release
 from e2e.resources import condition, eventually, get, ready
 from localkube.build import ensure_binaries, spark_operator_chart
@@ -152,7 +153,7 @@ def test_helm_install_runs_the_operator_and_the_example_cluster_becomes_ready(
         timeout=READY_WITHIN_S,
     )
     took = time.monotonic() - started
-    _record("kafkacluster_3_3_ready_s", took)
+    record("kafkacluster_3_3_ready_s", took)
     status = cluster["status"]
     assert status["readyNodes"] == "6/6"
     assert status["observedGeneration"] == cluster["metadata"]["generation"]
@@ -170,43 +171,7 @@ def test_helm_install_runs_the_operator_and_the_example_cluster_becomes_ready(
     # The chart's default log format: a JSON object per line, for log collectors.
     logs = kubectl("logs", f"deployment/{release.name}-gregor-operator", namespace=release.system)
     assert all("message" in json.loads(line) for line in logs.splitlines() if line), logs[-2000:]
-    _client_pod(kubectl, apps, status["listeners"][0]["bootstrapServers"], broker_image)
-
-
-def _client_pod(kubectl: Kubectl, namespace: str, bootstrap: str, image: str) -> None:
-    """A pod of the broker image with `kafka_client.py`, for `kubectl exec`."""
-    kubectl(
-        "create", "configmap", "kafka-client",
-        f"--from-file=kafka_client.py={Path(__file__).with_name('kafka_client.py')}",
-        namespace=namespace,
-    )  # fmt: skip
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "client"},
-        "spec": {
-            "terminationGracePeriodSeconds": 1,
-            "containers": [
-                {
-                    "name": "client",
-                    "image": image,
-                    "command": ["python3", "-c", "import time; time.sleep(1e9)"],
-                    "env": [{"name": "BOOTSTRAP", "value": bootstrap}],
-                    "volumeMounts": [{"name": "client", "mountPath": "/client"}],
-                }
-            ],
-            "volumes": [{"name": "client", "configMap": {"name": "kafka-client"}}],
-        },
-    }
-    kubectl("apply", "-f", "-", namespace=namespace, stdin=json.dumps(pod))
-    kubectl("wait", "--for=condition=Ready", "pod/client", "--timeout=120s", namespace=namespace)
-
-
-def _client(kubectl: Kubectl, namespace: str, *args: str) -> Any:
-    said = kubectl(
-        "exec", "client", "--", "python3", "/client/kafka_client.py", *args, namespace=namespace
-    )
-    return json.loads(said.splitlines()[-1])
+    client_pod(kubectl, apps, status["listeners"][0]["bootstrapServers"], broker_image)
 
 
 def test_a_topic_takes_records_follows_its_spec_and_goes_when_deleted(
@@ -229,9 +194,9 @@ def test_a_topic_takes_records_follows_its_spec_and_goes_when_deleted(
     )  # fmt: skip
     assert "hello, Gregor" in said, said
 
-    produced = _client(kubectl, apps, "produce", TOPIC, str(RECORDS))
+    produced = run_client(kubectl, apps, "produce", TOPIC, str(RECORDS))
     assert produced == {"acknowledged": RECORDS, "errors": [], "unsent": 0}, produced
-    consumed = _client(kubectl, apps, "consume", TOPIC)
+    consumed = run_client(kubectl, apps, "consume", TOPIC)
     assert consumed["count"] == RECORDS
     assert consumed["values"] == list(range(RECORDS))
     assert consumed["others"] == ["hello, Gregor"]
@@ -242,7 +207,7 @@ def test_a_topic_takes_records_follows_its_spec_and_goes_when_deleted(
     kubectl("apply", "--server-side", "-f", "-", namespace=apps, stdin=json.dumps(document))
     eventually(
         "retention.ms in DescribeConfigs",
-        lambda: _client(kubectl, apps, "config", TOPIC).get("retention.ms") == "3600000",
+        lambda: run_client(kubectl, apps, "config", TOPIC).get("retention.ms") == "3600000",
         timeout=60,
     )
 
@@ -279,7 +244,7 @@ def _readme_client() -> str:
 
 def _describe_or_error(kubectl: Kubectl, namespace: str) -> Any:
     try:
-        return _client(kubectl, namespace, "config", TOPIC)
+        return run_client(kubectl, namespace, "config", TOPIC)
     except AssertionError as exc:
         return str(exc)
 
@@ -329,7 +294,7 @@ def test_helm_upgrade_to_a_new_broker_image_rolls_every_node_one_at_a_time_losin
     # Every pod is replaced, one at a time, and never more than one broker is out of service.
     # Controllers may all be unready for the moment their quorum elects a leader.
     roll = _watch_roll(kubectl, apps, before)
-    _record("helm_upgrade_roll_6_nodes_s", roll.seconds)
+    record("helm_upgrade_roll_6_nodes_s", roll.seconds)
     timeline = roll.timeline
     assert max(len(r) for _, r, _ in timeline) == 1, f"(s, replacing, brokers down): {timeline}"
     assert max(len(b) for _, _, b in timeline) <= 1, f"(s, replacing, brokers down): {timeline}"
@@ -359,7 +324,7 @@ def test_helm_upgrade_to_a_new_broker_image_rolls_every_node_one_at_a_time_losin
         int(v) for v in kubectl("exec", "client", "--", "cat", "/tmp/acked", namespace=apps).split()
     }
     assert len(acked) == result["acknowledged"] > 0
-    consumed = _client(kubectl, apps, "consume", "rolling")
+    consumed = run_client(kubectl, apps, "consume", "rolling")
     assert not acked - set(consumed["values"]), f"lost {len(acked - set(consumed['values']))}"
 
 
@@ -421,16 +386,6 @@ def _pods(kubectl: Kubectl, namespace: str) -> dict[str, tuple[str, bool]]:
     return pods
 
 
-def _record(name: str, seconds: float) -> None:
-    """A figure for docs/: printed, and kept under var/e2e/timings.json."""
-    print(f"{name} = {seconds:.0f}")
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    path = ARTIFACTS / "timings.json"
-    timings = json.loads(path.read_text()) if path.exists() else {}
-    timings[name] = round(seconds, 1)
-    path.write_text(json.dumps(timings, indent=2))
-
-
 # -- retention audits ---------------------------------------------------------------------------
 
 DAY_S = 86_400
@@ -474,7 +429,7 @@ def audit_topics(release: Release, kubectl: Kubectl) -> None:
         eventually(
             f"Topic {name} Ready", functools.partial(ready, kubectl, namespace, "topic", name)
         )
-        produced = _client(kubectl, namespace, "produce", name, str(AUDIT_RECORDS), str(shift))
+        produced = run_client(kubectl, namespace, "produce", name, str(AUDIT_RECORDS), str(shift))
         assert produced == {"acknowledged": AUDIT_RECORDS, "errors": [], "unsent": 0}, produced
 
 
@@ -684,7 +639,7 @@ def test_retention_audits_run_on_schedule_and_on_request_as_spark_on_kubernetes(
     assert [j["metadata"]["name"] for j in _audit_jobs(kubectl, apps)] == [scheduled]
 
     _scheduled_run_ran(kubectl, apps, scheduled)
-    _record("retention_audit_scheduled_run_s", time.monotonic() - started)
+    record("retention_audit_scheduled_run_s", time.monotonic() - started)
     _check_verdicts(kubectl, apps, scheduled)
     requested = _requested_run_ran(
         kubectl,

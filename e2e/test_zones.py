@@ -35,7 +35,8 @@ from typing import Any
 import pytest
 
 from e2e import nodes
-from e2e.conftest import ARTIFACTS, Kubectl, collect_artifacts
+from e2e.client_pod import client_pod, record, run_client
+from e2e.conftest import Kubectl, collect_artifacts
 from e2e.helm import Release
 from e2e.resources import eventually, get, ready
 from localkube.build import ensure_binaries
@@ -116,9 +117,9 @@ def zoned(
         functools.partial(ready, kubectl, apps, "kafkacluster", CLUSTER),
         timeout=READY_WITHIN_S,
     )
-    _record("kafkacluster_3_6_zoned_ready_s", time.monotonic() - started)
+    record("kafkacluster_3_6_zoned_ready_s", time.monotonic() - started)
     bootstrap = cluster["status"]["listeners"][0]["bootstrapServers"]
-    _client_pod(kubectl, apps, bootstrap, broker_image)
+    client_pod(kubectl, apps, bootstrap, broker_image, zone=CLIENT_ZONE)
     yield Zoned(release, apps, by_zone, bootstrap)
     if request.session.testsfailed:
         for name in (system, apps):
@@ -127,43 +128,6 @@ def zoned(
     release.run("uninstall", "--wait", "--timeout=2m")
     for name in (apps, system):
         kubectl("delete", "namespace", name, "--wait=false")
-
-
-def _client_pod(kubectl: Kubectl, namespace: str, bootstrap: str, image: str) -> None:
-    """A pod of the broker image in zone-c with `kafka_client.py`, for `kubectl exec`."""
-    kubectl(
-        "create", "configmap", "kafka-client",
-        f"--from-file=kafka_client.py={Path(__file__).with_name('kafka_client.py')}",
-        namespace=namespace,
-    )  # fmt: skip
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "client"},
-        "spec": {
-            "terminationGracePeriodSeconds": 1,
-            "nodeSelector": {ZONE: CLIENT_ZONE},
-            "containers": [
-                {
-                    "name": "client",
-                    "image": image,
-                    "command": ["python3", "-c", "import time; time.sleep(1e9)"],
-                    "env": [{"name": "BOOTSTRAP", "value": bootstrap}],
-                    "volumeMounts": [{"name": "client", "mountPath": "/client"}],
-                }
-            ],
-            "volumes": [{"name": "client", "configMap": {"name": "kafka-client"}}],
-        },
-    }
-    kubectl("apply", "-f", "-", namespace=namespace, stdin=json.dumps(pod))
-    kubectl("wait", "--for=condition=Ready", "pod/client", "--timeout=120s", namespace=namespace)
-
-
-def _client(kubectl: Kubectl, namespace: str, *args: str) -> Any:
-    said = kubectl(
-        "exec", "client", "--", "python3", "/client/kafka_client.py", *args, namespace=namespace
-    )
-    return json.loads(said.splitlines()[-1])
 
 
 def _in_client(kubectl: Kubectl, namespace: str, script: str) -> str:
@@ -226,7 +190,7 @@ def traffic(kubectl: Kubectl, zoned: Zoned, name: str) -> Iterator[None]:
     assert unhandled == [], group
     read = {int(v) for v in _in_client(kubectl, apps, f"cat /tmp/{name}.read").split() if v}
     assert not acked - read, f"the group missed {len(acked - read)} acknowledged records"
-    everything = _client(kubectl, apps, "consume", topic)
+    everything = run_client(kubectl, apps, "consume", topic)
     assert everything["count"] == len(everything["values"]), "a record is in the topic twice"
     assert not acked - set(everything["values"]), "an acknowledged record is lost"
     print(f"{name}: {len(acked)} records acknowledged, read back once each")
@@ -346,16 +310,6 @@ def _rack_of(zoned: Zoned, kubectl: Kubectl) -> dict[int, str]:
     }
 
 
-def _record(name: str, seconds: float) -> None:
-    """A figure for docs/: printed, and kept under var/e2e/timings.json."""
-    print(f"{name} = {seconds:.0f}")
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    path = ARTIFACTS / "timings.json"
-    timings = json.loads(path.read_text()) if path.exists() else {}
-    timings[name] = round(seconds, 1)
-    path.write_text(json.dumps(timings, indent=2))
-
-
 def _patch(kubectl: Kubectl, zoned: Zoned, spec: dict[str, Any]) -> None:
     kubectl(
         "patch", "kc", CLUSTER, "--type=merge", "-p", json.dumps({"spec": spec}),
@@ -390,7 +344,7 @@ def test_every_partition_has_a_replica_in_each_zone_and_each_broker_its_nodes_zo
         assert sorted(node_zones[v or ""] for v in voters) == ["zone-a", "zone-b", "zone-c"]
 
         def with_offsets() -> dict[str, list[int]] | None:
-            found: dict[str, list[int]] = _client(kubectl, zoned.apps, "replicas")
+            found: dict[str, list[int]] = run_client(kubectl, zoned.apps, "replicas")
             return found if any(p.startswith("__consumer_offsets-") for p in found) else None
 
         replicas = eventually("__consumer_offsets and the traffic topic", with_offsets)
@@ -406,11 +360,11 @@ def test_a_consumer_in_zone_a_fetches_from_the_zone_a_replicas(
     zoned: Zoned, kubectl: Kubectl
 ) -> None:
     _topic(kubectl, zoned.apps, "near")
-    produced = _client(kubectl, zoned.apps, "produce", "near", "600")
+    produced = run_client(kubectl, zoned.apps, "produce", "near", "600")
     assert produced == {"acknowledged": 600, "errors": [], "unsent": 0}, produced
     racks = _rack_of(zoned, kubectl)
     zone_a = {node for node, rack in racks.items() if rack == "zone-a"}
-    said = _client(kubectl, zoned.apps, "fetched-from", "near", "zone-a")
+    said = run_client(kubectl, zoned.apps, "fetched-from", "near", "zone-a")
     assert said["count"] == 600, said
     fetched = {p: set(brokers) for p, brokers in said["fetchedFrom"].items()}
     assert len(fetched) == 6, said
@@ -435,7 +389,9 @@ def test_a_config_running_brokers_take_is_set_on_each_and_restarts_nothing(
 
         def everywhere() -> bool:
             return all(
-                _client(kubectl, zoned.apps, "broker-config", str(n), "log.retention.ms")["value"]
+                run_client(kubectl, zoned.apps, "broker-config", str(n), "log.retention.ms")[
+                    "value"
+                ]
                 == "3600000"
                 for n in range(BROKERS)
             )
@@ -478,9 +434,9 @@ def test_a_config_that_needs_a_restart_rolls_voters_one_by_one_and_brokers_a_zon
         assert not (brokers and controllers), (moment, replacing)
     assert not _zones_down(watch, racks), _zones_down(watch, racks)
     restarts = [watch.replaced_until[n] - watch.replaced_from[n] for n in watch.replaced_until]
-    _record("zoned_roll_3_6_total_s", max(watch.replaced_until.values()))
-    _record("zoned_roll_restart_mean_s", sum(restarts) / len(restarts))
-    _record("zoned_roll_most_pods_at_once", watch.most_replaced_at_once)
+    record("zoned_roll_3_6_total_s", max(watch.replaced_until.values()))
+    record("zoned_roll_restart_mean_s", sum(restarts) / len(restarts))
+    record("zoned_roll_most_pods_at_once", watch.most_replaced_at_once)
     assert watch.most_replaced_at_once == 2, watch.timeline
 
 
@@ -529,7 +485,7 @@ def test_a_drained_worker_gives_up_its_brokers_only_as_their_verdicts_allow(
         started = time.monotonic()
         try:
             nodes.drain(kubectl, worker, timeout="300s")
-            _record("zoned_drain_s", time.monotonic() - started)
+            record("zoned_drain_s", time.monotonic() - started)
             on_worker = [n for n, v in _pods(kubectl, zoned.apps).items() if v.node == worker]
             assert on_worker == [], on_worker
         finally:

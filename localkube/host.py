@@ -42,6 +42,8 @@ DEBIAN_PACKAGES = {
     "runc": "runc",
     "/usr/lib/cni/bridge": "containernetworking-plugins",
     "iptables": "iptables",
+    # `ip`: the node's bridge, and the e2e fake load balancer's route to a kind node.
+    "ip": "iproute2",
     "conntrack": "conntrack",
     "ebtables": "ebtables",
     # A kind node's runc is built here with cgo and libseccomp (localkube.build, ADR 0027).

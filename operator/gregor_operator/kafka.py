@@ -3,9 +3,10 @@ API of a well-kept client library (confluent-kafka), never hand-written protocol
 
 What it owns: asking a cluster for the facts the planner weighs (which brokers are registered
 and unfenced, how many partitions are under-replicated, what a node's HTTP listener says of
-restarting nodes) and, for topics, the Admin calls a
-`Topic` needs. What it must never do: decide anything, or block a reconciliation for long: every
-call has a short timeout, and a cluster that does not answer is reported as unreachable.
+restarting nodes, each broker's live configs), the per-broker config changes `live_configs`
+plans, and, for topics, the Admin calls a `Topic` needs. What it must never do: decide
+anything, or block a reconciliation for long: every call has a short timeout, and a cluster
+that does not answer is reported as unreachable.
 """
 
 from __future__ import annotations
