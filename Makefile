@@ -6,6 +6,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+# The unit and integration tiers run on two pytest-xdist workers, each taking whole files (so a
+# module's broker fixtures start once); TEST_WORKERS=0 runs them in one process. Tests marked
+# `serial` measure latency and run alone afterwards. A run whose selection holds no serial test
+# (pytest's exit status 5) is not a failure.
+TEST_WORKERS ?= 2
+PYTEST_PARALLEL = $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
+PYTEST_SERIAL = $(BIN)/pytest
 BENCH_ARGS ?=
 
 .PHONY: install kcat helm spark-connector host-packages kafka-dist run test test-unit test-integration test-e2e lint format clean \
@@ -55,14 +62,17 @@ run: install
 # The whole suite: lint, unit and integration (tests/), then the e2e tier (e2e/) on the local
 # cluster, which it brings up (or reuses) and leaves running for the next run.
 test: install host-packages lint
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(PYTEST_PARALLEL) -m "not serial" $(PYTEST_ARGS)
+	$(PYTEST_SERIAL) -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(MAKE) --no-print-directory test-e2e
 
 test-unit: install
-	$(BIN)/pytest -m unit $(PYTEST_ARGS)
+	$(PYTEST_PARALLEL) -m "unit and not serial" $(PYTEST_ARGS)
+	$(PYTEST_SERIAL) -m "unit and serial" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 test-integration: install host-packages
-	$(BIN)/pytest -m integration $(PYTEST_ARGS)
+	$(PYTEST_PARALLEL) -m "integration and not serial" $(PYTEST_ARGS)
+	$(PYTEST_SERIAL) -m "integration and serial" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 lint: install
 	$(BIN)/ruff check .
@@ -95,35 +105,34 @@ bench-partitions: kafka-dist
 bench-audit: kafka-dist spark-connector
 	$(BIN)/python -m bench.audit $(BENCH_ARGS)
 
-# A real single-node Kubernetes (kind if it works here, else built from the pinned release's Go
-# modules and started as host processes; needs root). Builds are cached in ~/.cache/gregor.
 # The CRDs in crds/, generated from the operator's models (a unit test fails when they are stale).
 crds: install
 	$(BIN)/python -m gregor_operator.crds
 
-# KIND=1 makes (or deletes) the multi-node kind cluster on our own node image instead: a control
-# plane and NODES workers in zones zone-a, zone-b, zone-c in turn (default 3; NODES=1: the
-# control plane alone, running workloads too). docs/adr/0027-kind-nodes.md. LOCALKUBE_MODE=kind
-# does the same.
-KIND_FLAGS = $(if $(KIND),--kind) $(if $(NODES),--nodes $(NODES))
+# A real Kubernetes on this machine, built from the pinned release's Go modules (needs root;
+# builds cached in ~/.cache/gregor): a kind cluster on our own node image, a control plane and
+# NODES workers in zones zone-a, zone-b, zone-c in turn (default 3; NODES=1: the control plane
+# alone, running workloads too; docs/adr/0027-kind-nodes.md). LOCALKUBE_MODE=host makes the
+# single-node cluster of host processes instead (docs/adr/0005-local-cluster.md).
+CLUSTER_FLAGS = $(if $(NODES),--nodes $(NODES))
 
 cluster: install
-	$(BIN)/python -m localkube up $(KIND_FLAGS)
+	$(BIN)/python -m localkube up $(CLUSTER_FLAGS)
 
 cluster-down: install
-	$(BIN)/python -m localkube down $(KIND_FLAGS)
+	$(BIN)/python -m localkube down $(CLUSTER_FLAGS)
 
 cluster-env: install
-	@$(BIN)/python -m localkube env $(KIND_FLAGS)
+	@$(BIN)/python -m localkube env $(CLUSTER_FLAGS)
 
 # Only the slow, cacheable part of `make cluster`: compile the binaries (CI's warm-up step).
 cluster-build: install host-packages
 	$(BIN)/python -m localkube.build
 
 # gregor-broker, gregor-operator and gregor-spark (:dev), loaded into the cluster if one runs
-# (KIND=1: into every node of the kind cluster).
+# (into every node of the kind cluster).
 images: install
-	$(BIN)/python -m localkube images $(if $(KIND),--kind)
+	$(BIN)/python -m localkube images
 
 test-e2e: cluster images
 	$(BIN)/pytest e2e $(PYTEST_ARGS)

@@ -6,12 +6,13 @@ resolve, and runs its commands with `kubectl exec`. Each prints one JSON line.
                                  from now (a negative shift: in the past); what was acknowledged
   produce-until TOPIC STOP LOG   records until the file STOP exists, each acknowledged value
                                  appended to LOG; then how many and the errors
-  consume TOPIC                  every record from the start (until 15 s bring nothing new):
-                                 the numbers, and any other values
+  consume TOPIC                  every record from the start to each partition's end: the
+                                 numbers, and any other values
   config TOPIC                   the topic's configs as DescribeConfigs gives them
-  group-until TOPIC STOP LOG     a consumer group member reading until the file STOP exists,
-                                 committing as it goes, each value appended to LOG; then how
-                                 many and the errors it was told of
+  group-until TOPIC STOP LOG     a consumer group member reading until the file STOP exists
+                                 and then on to each partition's end, committing as it goes,
+                                 each value appended to LOG; then how many and the errors it
+                                 was told of
   fetched-from TOPIC RACK        every record from the start with client.rack=RACK: for each
                                  partition, the brokers it fetched from and its leader
   broker-config ID NAME          a broker's config NAME: its value and source
@@ -28,6 +29,7 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
@@ -111,21 +113,55 @@ def consume(topic: str) -> dict[str, object]:
     consumer.subscribe([topic])
     values: list[int] = []
     others: list[str] = []
-    quiet_since = time.monotonic()
-    while time.monotonic() - quiet_since < 15:
-        message = consumer.poll(0.5)
-        if message is None:
-            continue
-        if message.error() is not None:
-            raise KafkaException(message.error())
-        value = (message.value() or b"").decode()
+
+    def take(value: str) -> None:
         if value.isdigit():
             values.append(int(value))
         else:
             others.append(value)
-        quiet_since = time.monotonic()
+
+    _read_to_end(consumer, take, raise_errors=True)
     consumer.close()
     return {"count": len(values), "values": sorted(set(values)), "others": others}
+
+
+def _read_to_end(
+    consumer: Consumer,
+    take: Callable[[str], None],
+    *,
+    raise_errors: bool = False,
+    limit_s: float = 180.0,
+) -> None:
+    """Poll until the consumer's position in every partition it was given has reached that
+    partition's end as it was when the assignment came (so: call it once nothing more is
+    produced), passing each value to `take`; give up after `limit_s`."""
+    ends: dict[tuple[str, int], tuple[int, int]] = {}
+    started = time.monotonic()
+    while time.monotonic() - started < limit_s:
+        message = consumer.poll(0.5)
+        if message is not None:
+            if message.error() is not None:
+                if raise_errors:
+                    raise KafkaException(message.error())
+                continue
+            take((message.value() or b"").decode())
+            continue
+        assignment = consumer.assignment()
+        if not assignment:
+            continue
+        for partition in assignment:
+            key = (partition.topic, partition.partition)
+            if key not in ends:
+                ends[key] = consumer.get_watermark_offsets(partition, timeout=10, cached=False)
+        positions = consumer.position(assignment)
+        if all(_at_end(p.offset, *ends[(p.topic, p.partition)]) for p in positions):
+            return
+
+
+def _at_end(position: int, low: int, high: int) -> bool:
+    """Whether a consumer at `position` (negative: nothing read yet) has read a partition
+    holding offsets `low` to `high` (exclusive)."""
+    return high <= low or position >= high
 
 
 def config(topic: str) -> dict[str, object]:
@@ -160,15 +196,15 @@ def group_until(topic: str, stop: str, log: str) -> dict[str, object]:
             out.write((message.value() or b"").decode() + "\n")
             out.flush()
             consumed += 1
-        # What was produced up to the stop: read on until 15 s bring nothing new.
-        quiet_since = time.monotonic()
-        while time.monotonic() - quiet_since < 15:
-            message = consumer.poll(0.5)
-            if message is None or message.error() is not None:
-                continue
-            out.write((message.value() or b"").decode() + "\n")
+        # What was produced up to the stop (the producer has finished by then): read on to
+        # each partition's end.
+
+        def take(value: str) -> None:
+            nonlocal consumed
+            out.write(value + "\n")
             consumed += 1
-            quiet_since = time.monotonic()
+
+        _read_to_end(consumer, take)
     consumer.close()
     return {"consumed": consumed, "errors": errors[:5]}
 

@@ -1,4 +1,4 @@
-"""Node faults for e2e tests on the kind cluster (`make cluster KIND=1`; ADR 0027): which
+"""Node faults for e2e tests on the kind cluster (`make cluster`; ADR 0027): which
 node is in which zone, stopping and starting a node's container, cordon and drain, and cutting
 one zone off from the rest of the cluster and joining it again.
 

@@ -1,4 +1,4 @@
-"""Rack awareness and safe rolls on a cluster of three zones (`make cluster KIND=1`: a
+"""Rack awareness and safe rolls on a cluster of three zones (`make cluster`: a
 control plane and a worker in each of zone-a, zone-b, zone-c; ADR 0027), the operator
 installed with Helm, one `KafkaCluster` of 3 controllers and 6 brokers with
 `spec.rack.topologyKey: topology.kubernetes.io/zone` and `rollout.maxParallel: 2`.
@@ -12,10 +12,10 @@ scenarios share the cluster (starting it is the slow part), so they run in order
     with its node's zone as `broker.rack`; (h) a consumer with `client.rack=zone-a` fetches
     from the zone-a replicas; (b) a config a running broker takes is set on every broker and
     restarts nothing; (a) one that needs a restart rolls every pod, the controllers one at a
-    time, the brokers a zone at a time; (c) the operator killed in the middle of a roll: it
-    resumes and restarts no pod twice; (e) `kubectl drain` of zone-b's worker; (f) zone-b's
-    node stopped for two minutes and started again; (g) zone-a cut off from the others for a
-    minute and joined again.
+    time, the brokers a zone at a time, and with `maxParallel: 1` one pod at a time; (c) the
+    operator killed in the middle of a roll: it resumes and restarts no pod twice; (e)
+    `kubectl drain` of zone-b's worker; (f) zone-b's node stopped for two minutes and started
+    again; (g) zone-a cut off from the others for a minute and joined again.
 
 Figures (the roll's time, per restart and in all, how many pods went at once) are printed and
 kept in `var/e2e/timings.json` for docs/."""
@@ -88,7 +88,7 @@ def zoned(
 ) -> Iterator[Zoned]:
     by_zone = nodes.zones(kubectl)
     if sorted(by_zone) != ["zone-a", "zone-b", "zone-c"]:
-        pytest.skip(f"needs the three-zone kind cluster (make cluster KIND=1); zones: {by_zone}")
+        pytest.skip(f"needs the three-zone kind cluster (make cluster); zones: {by_zone}")
     helm = str(ensure_binaries(log=lambda _: None, only=["helm"]).helm)
     suffix = secrets.token_hex(2)
     system, apps = f"e2e-zones-system-{suffix}", f"e2e-zones-apps-{suffix}"
@@ -168,7 +168,7 @@ def traffic(kubectl: Kubectl, zoned: Zoned, name: str) -> Iterator[None]:
         f"rm -f /tmp/{name}.*; "
         f"nohup {client} produce-until {topic} /tmp/{name}.stop /tmp/{name}.acked "
         f"> /tmp/{name}.producer 2>&1 & "
-        f"nohup {client} group-until {topic} /tmp/{name}.stop /tmp/{name}.read "
+        f"nohup {client} group-until {topic} /tmp/{name}.drain /tmp/{name}.read "
         f"> /tmp/{name}.group 2>&1 &",
     )
     time.sleep(5)
@@ -180,6 +180,8 @@ def traffic(kubectl: Kubectl, zoned: Zoned, name: str) -> Iterator[None]:
         lambda: _last_json(kubectl, apps, f"/tmp/{name}.producer"),
         timeout=300,
     )
+    # The group reads on to each partition's end once nothing more comes.
+    _in_client(kubectl, apps, f"touch /tmp/{name}.drain")
     group = eventually(
         "the group to finish", lambda: _last_json(kubectl, apps, f"/tmp/{name}.group"), timeout=300
     )
@@ -418,11 +420,30 @@ def test_a_config_running_brokers_take_is_set_on_each_and_restarts_nothing(
 def test_a_config_that_needs_a_restart_rolls_voters_one_by_one_and_brokers_a_zone_at_a_time(
     zoned: Zoned, kubectl: Kubectl
 ) -> None:
-    with traffic(kubectl, zoned, "roll"):
+    watch = _roll(kubectl, zoned, "roll", {"config": {"group.initial.rebalance.delay.ms": 1000}})
+    assert watch.most_replaced_at_once == 2, watch.timeline
+
+
+def test_with_max_parallel_one_the_same_roll_restarts_one_pod_at_a_time(
+    zoned: Zoned, kubectl: Kubectl
+) -> None:
+    spec = {"rollout": {"maxParallel": 1}, "config": {"group.initial.rebalance.delay.ms": 2000}}
+    try:
+        watch = _roll(kubectl, zoned, "serial", spec)
+    finally:
+        _patch(kubectl, zoned, {"rollout": SPEC["rollout"]})
+    assert watch.most_replaced_at_once == 1, watch.timeline
+
+
+def _roll(kubectl: Kubectl, zoned: Zoned, name: str, spec: dict[str, Any]) -> Watch:
+    """Patch `spec` (a change that needs a restart) while the clients run, watch every pod
+    restart once, check the gates held at every look, and record the roll's figures as
+    `zoned_<name>_3_6_*`."""
+    with traffic(kubectl, zoned, name):
         watch = Watch()
         watch.look(_pods(kubectl, zoned.apps))
         before = set(watch.uids)
-        _patch(kubectl, zoned, {"config": {"group.initial.rebalance.delay.ms": 1000}})
+        _patch(kubectl, zoned, spec)
         _watch(kubectl, zoned, lambda w: all(n >= 1 for n in w.restarted.values()), watch=watch)
     assert watch.restarted == dict.fromkeys(before, 1), watch.uids
     racks = _rack_of(zoned, kubectl)
@@ -434,10 +455,10 @@ def test_a_config_that_needs_a_restart_rolls_voters_one_by_one_and_brokers_a_zon
         assert not (brokers and controllers), (moment, replacing)
     assert not _zones_down(watch, racks), _zones_down(watch, racks)
     restarts = [watch.replaced_until[n] - watch.replaced_from[n] for n in watch.replaced_until]
-    record("zoned_roll_3_6_total_s", max(watch.replaced_until.values()))
-    record("zoned_roll_restart_mean_s", sum(restarts) / len(restarts))
-    record("zoned_roll_most_pods_at_once", watch.most_replaced_at_once)
-    assert watch.most_replaced_at_once == 2, watch.timeline
+    record(f"zoned_{name}_3_6_total_s", max(watch.replaced_until.values()))
+    record(f"zoned_{name}_3_6_restart_mean_s", sum(restarts) / len(restarts))
+    record(f"zoned_{name}_3_6_most_pods_at_once", watch.most_replaced_at_once)
+    return watch
 
 
 # -- (c) the operator killed mid-roll -------------------------------------------------------------

@@ -1,7 +1,8 @@
-"""`python -m localkube up|down|env|status|images|packages [--kind] [--nodes N]`: what `make
-cluster`, `make cluster-down`, `make cluster-env`, `make images` and `make host-packages` run.
-`--kind` (or LOCALKUBE_MODE=kind; `make cluster KIND=1 NODES=3`) acts on the multi-node kind
-cluster instead of the host-process one."""
+"""`python -m localkube up|down|env|status|images|packages [--mode kind|host] [--nodes N]`:
+what `make cluster`, `make cluster-down`, `make cluster-env`, `make images` and `make
+host-packages` run. The mode (default $LOCALKUBE_MODE, else kind) picks the multi-node kind
+cluster (ADR 0027; `make cluster NODES=1` for one node) or the single-node cluster of host
+processes (ADR 0005; `make cluster LOCALKUBE_MODE=host`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import json
 import subprocess
 import sys
 
-from .cluster import KIND_KUBECONFIG, down, load_images, mode, status, up
+from .cluster import KIND_KUBECONFIG, MODES, down, load_images, mode, status, up
 from .config import default_layout
 from .host import ensure_packages
 from .images import PROJECT_IMAGES, build_project_images, ensure_base_image
@@ -20,8 +21,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m localkube", description=__doc__)
     parser.add_argument("command", choices=("up", "down", "env", "status", "images", "packages"))
     parser.add_argument(
-        "--kind", action="store_true", default=None,
-        help="the kind cluster on our own node image (default: $LOCALKUBE_MODE, else host)",
+        "--mode", choices=MODES,
+        help="kind: the kind cluster on our own node image; host: host processes"
+        " (default: $LOCALKUBE_MODE, else kind)",
     )  # fmt: skip
     parser.add_argument(
         "--nodes",
@@ -30,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     arguments = parser.parse_args(argv)
     try:
-        _run(arguments.command, kind=arguments.kind, nodes=arguments.nodes)
+        _run(arguments.command, chosen=arguments.mode, nodes=arguments.nodes)
     except (RuntimeError, subprocess.CalledProcessError) as exc:
         # Every localkube error names what failed and quotes the log that says why.
         print(f"localkube {arguments.command}: {exc}", file=sys.stderr)
@@ -41,24 +43,21 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _run(command: str, *, kind: bool | None = None, nodes: int | None = None) -> None:
+def _run(command: str, *, chosen: str | None = None, nodes: int | None = None) -> None:
     if command == "up":
-        kubeconfig = up(kind=kind, nodes=nodes)
+        kubeconfig = up(chosen=chosen, nodes=nodes)
         print(f"export KUBECONFIG={kubeconfig}")
     elif command == "down":
-        down(kind=kind)
+        down(chosen=chosen)
     elif command == "env":
-        kubeconfig = default_layout().kubeconfig
-        chose_kind = mode("kind" if kind else None) == "kind"
-        if chose_kind or (not kubeconfig.exists() and KIND_KUBECONFIG.exists()):
-            kubeconfig = KIND_KUBECONFIG
+        kubeconfig = KIND_KUBECONFIG if mode(chosen) == "kind" else default_layout().kubeconfig
         print(f"export KUBECONFIG={kubeconfig}")
     elif command == "packages":
         ensure_packages(print)
     elif command == "images":
         ensure_packages(print)
         tags = build_project_images(ensure_base_image(), PROJECT_IMAGES)
-        if load_images(tags, kind=kind) is None:
+        if load_images(tags, chosen=chosen) is None:
             print(f"built {', '.join(tags)}; no cluster runs, so nothing was loaded")
     else:
         print(json.dumps(status(), indent=2))

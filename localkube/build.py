@@ -255,7 +255,7 @@ _CONTAINERD_MODULE = "github.com/containerd/containerd/v2"
 def kind_components() -> tuple[Component, ...]:
     """What a kind node needs that the host-process cluster does not, smallest first: the kind
     CLI, crictl, the CNI plugins, runc and containerd 2 (ADR 0027). `make cluster-build` builds
-    them; `python -m localkube up --kind` too, when missing."""
+    them; `python -m localkube up` too, when missing."""
     containerd = versions.CONTAINERD_VERSION
     cni = versions.CNI_PLUGINS_VERSION
     cni_plugins = (

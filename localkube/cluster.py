@@ -1,8 +1,10 @@
-"""`make cluster`: a real single-node Kubernetes on this machine, and `make cluster-down`.
+"""`make cluster`: a real Kubernetes on this machine, and `make cluster-down`.
 
-`up --kind` (or LOCALKUBE_MODE=kind) makes a multi-node kind cluster on our own node image
-instead (`kind_cluster`, ADR 0027). Otherwise `up` uses a kind on PATH when it and Docker work
-and it can create its cluster; failing that it starts
+By default `up` makes a multi-node kind cluster on our own node image (`kind_cluster`, ADR
+0027). With `--mode host` (or LOCALKUBE_MODE=host) it makes the single-node cluster of host
+processes instead (ADR 0005), kept for machines whose Docker cannot run kind's privileged
+nodes: it uses a kind on PATH when it and Docker work and it can create its cluster; failing
+that it starts
 the control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler), containerd
 (Debian's), the kubelet and kube-proxy as host processes built from the pinned Kubernetes
 release (`localkube.build`), with a bridge pod network, CoreDNS and a default StorageClass.
@@ -55,24 +57,29 @@ class ClusterError(RuntimeError):
 
 KIND_CLUSTER = "gregor"
 KIND_KUBECONFIG = kind_cluster.KUBECONFIG
-MODES = ("host", "kind")
-"""`host`: the single-node cluster of host processes (the default, for now); `kind`: the
-multi-node kind cluster on our own node image (ADR 0027)."""
+MODES = ("kind", "host")
+"""`kind`: the multi-node kind cluster on our own node image (ADR 0027), the default; `host`:
+the single-node cluster of host processes (ADR 0005), for machines where kind cannot run."""
 
 
 def mode(requested: str | None = None) -> str:
-    """The cluster `up` and `down` act on: `requested`, else $LOCALKUBE_MODE, else host."""
-    chosen = requested or os.environ.get("LOCALKUBE_MODE") or "host"
+    """The cluster `up` and `down` act on: `requested`, else $LOCALKUBE_MODE, else kind."""
+    chosen = requested or os.environ.get("LOCALKUBE_MODE") or "kind"
     if chosen not in MODES:
         raise ClusterError(f"LOCALKUBE_MODE={chosen!r}: one of {', '.join(MODES)}")
     return chosen
 
 
-def up(log: Log = print, *, kind: bool | None = None, nodes: int | None = None) -> Path:
-    """Start the cluster (or find it running); return the kubeconfig's path. `kind` (default:
-    LOCALKUBE_MODE=kind) makes the kind cluster instead: a control plane and `nodes` workers
-    (default $NODES, else 3; 1 means the control plane alone)."""
-    if mode("kind" if kind else None) == "kind":
+def up(log: Log = print, *, chosen: str | None = None, nodes: int | None = None) -> Path:
+    """Start the cluster of `mode(chosen)` (or find it running); return the kubeconfig's path.
+    The kind cluster has a control plane and `nodes` workers (default $NODES, else 3; 1 means
+    the control plane alone)."""
+    if mode(chosen) == "kind":
+        if os.geteuid() != 0:
+            raise ClusterError(
+                "the kind cluster installs the Debian packages it uses and sets Docker's runtime"
+                " up for privileged nodes, and so needs root: run `sudo make cluster`"
+            )
         if nodes is None and os.environ.get("NODES"):
             nodes = int(os.environ["NODES"])
         return kind_cluster.up(nodes, log)
@@ -113,10 +120,10 @@ def up(log: Log = print, *, kind: bool | None = None, nodes: int | None = None) 
     return layout.kubeconfig
 
 
-def down(log: Log = print, *, kind: bool | None = None) -> None:
-    """Stop everything `up` started and remove the cluster's state (the image store stays);
-    with `kind` (default: LOCALKUBE_MODE=kind), delete the kind cluster instead."""
-    if mode("kind" if kind else None) == "kind":
+def down(log: Log = print, *, chosen: str | None = None) -> None:
+    """Delete the kind cluster; in host mode, stop everything `up` started and remove the
+    cluster's state (the image store stays)."""
+    if mode(chosen) == "kind":
         kind_cluster.delete(log)
         return
     if shutil.which("kind") and KIND_CLUSTER in _kind_clusters():
@@ -381,14 +388,14 @@ def _kind_up(log: Log) -> Path | None:
     return kubeconfig
 
 
-def load_images(tags: Sequence[str], log: Log = print, *, kind: bool | None = None) -> str | None:
-    """Load locally built images into the cluster `up` made: with `kind` (default:
-    LOCALKUBE_MODE=kind) into every node of our kind cluster (`kind load`, a `ctr import` in
-    each); otherwise into the local node's containerd, or, when that does not run, into a kind
-    cluster named gregor. Both clusters may run side by side; each gets only what is meant for
-    it. Returns where they went, None when no cluster runs."""
+def load_images(tags: Sequence[str], log: Log = print, *, chosen: str | None = None) -> str | None:
+    """Load locally built images into the cluster `up` made: in kind mode into every node of
+    our kind cluster (`kind load`, a `ctr import` in each); in host mode into the local node's
+    containerd, or, when that does not run, into a kind cluster named gregor. Both clusters may
+    run side by side; each gets only what is meant for it. Returns where they went, None when
+    no cluster runs."""
     layout = default_layout()
-    if mode("kind" if kind else None) == "kind":
+    if mode(chosen) == "kind":
         if not kind_cluster.exists():
             return None
         kind_cluster.load(list(tags))

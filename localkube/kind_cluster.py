@@ -1,5 +1,5 @@
-"""`python -m localkube up --kind`: a multi-node, multi-zone kind cluster on our own node image
-(docs/adr/0027-kind-nodes.md), and its `down`.
+"""`python -m localkube up` (`make cluster`): a multi-node, multi-zone kind cluster on our own
+node image (docs/adr/0027-kind-nodes.md), and its `down`.
 
 Owns the order of things: the binaries (`build`), the images (`kind_images`), `kind create
 cluster` from the generated config (`kind`), the pod network agent, and the waiting until every
@@ -94,7 +94,7 @@ def up(nodes: int | None = None, log: Log = print) -> Path:
             raise RuntimeError(
                 f"kind create cluster failed (exit {created.returncode}); the node containers are"
                 f" kept for a look (`docker logs {kind.CLUSTER_NAME}-control-plane`, `docker exec"
-                f" {kind.CLUSTER_NAME}-control-plane journalctl`); `make cluster-down KIND=1`"
+                f" {kind.CLUSTER_NAME}-control-plane journalctl`); `make cluster-down`"
                 " removes them"
             )
         log(f"kind cluster created ({time.monotonic() - started:.0f} s)")

@@ -67,7 +67,7 @@ from tests.support.wire import (
     request_frame,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 KiB = 1024
 MiB = 1024 * KiB

@@ -31,7 +31,9 @@ def test_a_user_without_root_is_told_what_to_do(
     # Faked: the suite runs as root, so a non-root uid is simulated rather than caused.
     monkeypatch.setattr("localkube.cluster.os.geteuid", lambda: 1000)
     monkeypatch.setattr(cluster, "_kind_works", lambda: False)
-    assert localkube_main(["up"]) == 1
-    error = capsys.readouterr().err
-    assert "needs root" in error
-    assert "sudo make cluster" in error
+    monkeypatch.delenv("LOCALKUBE_MODE", raising=False)
+    for chosen in ([], ["--mode", "host"]):
+        assert localkube_main(["up", *chosen]) == 1
+        error = capsys.readouterr().err
+        assert "needs root" in error
+        assert "sudo make cluster" in error

@@ -294,14 +294,15 @@ def test_new_recipe_fields_at_their_defaults_leave_old_stamps_valid() -> None:
 # -- choosing the cluster -----------------------------------------------------------------------
 
 
-def test_the_host_cluster_stays_the_default_and_kind_is_chosen_explicitly(
+def test_kind_is_the_default_and_the_host_cluster_is_chosen_explicitly(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("LOCALKUBE_MODE", raising=False)
+    assert cluster.mode() == "kind"
+    assert cluster.mode("host") == "host"
+    monkeypatch.setenv("LOCALKUBE_MODE", "host")
     assert cluster.mode() == "host"
     assert cluster.mode("kind") == "kind"
-    monkeypatch.setenv("LOCALKUBE_MODE", "kind")
-    assert cluster.mode() == "kind"
     monkeypatch.setenv("LOCALKUBE_MODE", "minikube")
     with pytest.raises(cluster.ClusterError, match="LOCALKUBE_MODE"):
         cluster.mode()
@@ -314,12 +315,12 @@ def test_images_for_kind_go_only_to_the_kind_nodes(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(
         cluster, "load_into_containerd", lambda *_, **__: pytest.fail("host containerd used")
     )
-    where = cluster.load_images(["gregor-broker:dev"], log=lambda _: None, kind=True)
+    where = cluster.load_images(["gregor-broker:dev"], log=lambda _: None, chosen="kind")
     assert where is not None
     assert "kind" in where
     assert loaded == [["gregor-broker:dev"]]
     monkeypatch.setattr(kind_cluster, "exists", lambda: False)
-    assert cluster.load_images(["gregor-broker:dev"], log=lambda _: None, kind=True) is None
+    assert cluster.load_images(["gregor-broker:dev"], log=lambda _: None, chosen="kind") is None
 
 
 def test_nodes_counts_workers_and_one_means_the_control_plane_alone() -> None:
