@@ -46,6 +46,14 @@ def _clone_as_tar() -> bytes:
     return buffer.getvalue()
 
 
+def _what_failed(output: str, limit: int = 12_000) -> str:
+    """pytest's account of the failures (from its FAILURES or ERRORS header on), else the
+    output's end: the tail alone can hold nothing but the last of several tracebacks."""
+    starts = [i for i in (output.find("= FAILURES ="), output.find("= ERRORS =")) if i >= 0]
+    shown = output[min(starts) :] if starts else output[-limit:]
+    return shown if len(shown) <= limit else f"{shown[: limit - 3000]}\n…\n{shown[-3000:]}"
+
+
 # About 4 min 40 s on a quiet machine since the audit's PySpark joined the test dependencies
 # (pip builds its 434 MB source distribution in the bare container): over pytest's default.
 @pytest.mark.timeout(900)
@@ -59,6 +67,6 @@ def test_a_fresh_clone_installs_and_passes_the_unit_tier_on_the_bare_base() -> N
         check=False,
     )
     output = (result.stdout + result.stderr).decode(errors="replace")
-    assert result.returncode == 0, output[-6000:]
+    assert result.returncode == 0, _what_failed(output)
     assert " passed" in output
     assert " failed" not in output

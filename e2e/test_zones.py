@@ -254,13 +254,15 @@ class Watch:
         replacing, down = [], []
         for name in sorted(self.uids):
             view = pods.get(name)
+            if view is not None and view.ready:
+                # Ready in this look: no longer being replaced, even if the operator deleted
+                # the next pod between the last look and this one.
+                self.last_ready[name] = view.uid
             if view is None or view.uid != self.last_ready.get(name):
                 replacing.append(name)
                 self.replaced_from.setdefault(name, moment)
             elif name in self.replaced_from:
                 self.replaced_until.setdefault(name, moment)
-            if view is not None and view.ready:
-                self.last_ready[name] = view.uid
             if view is None or not view.ready:
                 down.append(name)
         if replacing or down:

@@ -422,14 +422,19 @@ def test_retention_writes_the_leader_epoch_checkpoint_on_the_flush_thread(
     """Retention moves the log start once per deleted segment: the leader-epoch checkpoint it
     rewrites is fsynced on the flush thread, not on the caller's (the event loop)."""
     manager, log = _retained_log(tmp_path)
-    seen = _record_fsyncs(monkeypatch)
-    manager.tick(now_ms=100)
-    start = log.log_start_offset
-    assert start > 0
-    _settle(manager, log)
-    assert [t for t, name in seen if name.startswith("leader-epoch")] == ["log-flush_0"]
-    assert _epoch_checkpoint(log) == [f"0 {start}"]
-    manager.shutdown(now_ms=104)
+    try:
+        seen = _record_fsyncs(monkeypatch)
+        manager.tick(now_ms=100)
+        start = log.log_start_offset
+        assert start > 0
+        _settle(manager, log)
+        # Once, or once more when the flush thread finished the first write before retention
+        # asked again (as it does on a fast disk): never on the caller's thread.
+        threads = [t for t, name in seen if name.startswith("leader-epoch")]
+        assert set(threads) == {"log-flush_0"}, threads
+        assert _epoch_checkpoint(log) == [f"0 {start}"]
+    finally:
+        manager.shutdown(now_ms=104)
 
 
 def test_retention_removes_producer_snapshots_on_the_deletion_thread(
