@@ -120,8 +120,10 @@ def consume(topic: str) -> dict[str, object]:
         else:
             others.append(value)
 
-    _read_to_end(consumer, take, raise_errors=True)
+    at_end = _read_to_end(consumer, take, raise_errors=True)
     consumer.close()
+    if not at_end:
+        raise RuntimeError(f"{topic}: not read to every partition's end in time")
     return {"count": len(values), "values": sorted(set(values)), "others": others}
 
 
@@ -131,10 +133,10 @@ def _read_to_end(
     *,
     raise_errors: bool = False,
     limit_s: float = 180.0,
-) -> None:
+) -> bool:
     """Poll until the consumer's position in every partition it was given has reached that
     partition's end as it was when the assignment came (so: call it once nothing more is
-    produced), passing each value to `take`; give up after `limit_s`."""
+    produced), passing each value to `take`; whether it got there within `limit_s`."""
     ends: dict[tuple[str, int], tuple[int, int]] = {}
     started = time.monotonic()
     while time.monotonic() - started < limit_s:
@@ -155,7 +157,8 @@ def _read_to_end(
                 ends[key] = consumer.get_watermark_offsets(partition, timeout=10, cached=False)
         positions = consumer.position(assignment)
         if all(_at_end(p.offset, *ends[(p.topic, p.partition)]) for p in positions):
-            return
+            return True
+    return False
 
 
 def _at_end(position: int, low: int, high: int) -> bool:
@@ -204,9 +207,9 @@ def group_until(topic: str, stop: str, log: str) -> dict[str, object]:
             out.write(value + "\n")
             consumed += 1
 
-        _read_to_end(consumer, take)
+        at_end = _read_to_end(consumer, take)
     consumer.close()
-    return {"consumed": consumed, "errors": errors[:5]}
+    return {"consumed": consumed, "errors": errors[:5], "at_end": at_end}
 
 
 def fetched_from(topic: str, rack: str) -> dict[str, object]:

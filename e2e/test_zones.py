@@ -191,7 +191,10 @@ def traffic(kubectl: Kubectl, zoned: Zoned, name: str) -> Iterator[None]:
     unhandled = [e for e in group["errors"] if not any(i in e for i in INFORMATIONAL)]
     assert unhandled == [], group
     read = {int(v) for v in _in_client(kubectl, apps, f"cat /tmp/{name}.read").split() if v}
-    assert not acked - read, f"the group missed {len(acked - read)} acknowledged records"
+    assert not acked - read, (
+        f"the group missed {len(acked - read)} acknowledged records"
+        f" (read to every partition's end: {group.get('at_end')})"
+    )
     everything = run_client(kubectl, apps, "consume", topic)
     assert everything["count"] == len(everything["values"]), "a record is in the topic twice"
     assert not acked - set(everything["values"]), "an acknowledged record is lost"
